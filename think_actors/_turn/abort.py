@@ -1,0 +1,77 @@
+"""Per-request abort signals: ``cancel_chat(request_id)`` reaches a turn that is queued or streaming."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class AbortSignal:
+    """Set once. While the turn's task waits inside the engine (model stream, tools), aborting cancels that
+    wait so the turn stops at once; between chunks the engine checks ``aborted`` before each yield."""
+
+    __slots__ = ("_task", "_waiting", "aborted", "reason")
+
+    def __init__(self) -> None:
+        self.aborted = False
+        self.reason: str | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._waiting = False
+
+    def abort(self, reason: str | None = None) -> None:
+        if self.aborted:
+            return
+        self.aborted = True
+        self.reason = reason
+        if self._task is not None and self._waiting:
+            self._task.cancel(msg="think_actors: turn aborted")
+
+    def enter_wait(self) -> None:
+        """Mark that the current task now waits inside the engine (safe to cancel)."""
+        self._task = asyncio.current_task()  # type: ignore[assignment]
+        self._waiting = True
+
+    def leave_wait(self) -> None:
+        self._waiting = False
+
+    def absorb_cancel(self) -> bool:
+        """After a CancelledError: True (and the cancellation is consumed) if it came from ``abort``."""
+        if not self.aborted:
+            return False
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+        return True
+
+
+class AbortRegistry:
+    """One AbortSignal per live request id; removed when the turn ends."""
+
+    def __init__(self) -> None:
+        self._signals: dict[str, AbortSignal] = {}
+
+    def signal(self, request_id: str) -> AbortSignal:
+        signal = self._signals.get(request_id)
+        if signal is None:
+            signal = self._signals[request_id] = AbortSignal()
+        return signal
+
+    def cancel(self, request_id: str, reason: str | None = None) -> bool:
+        """Abort ``request_id``; False (a no-op) when it is unknown or finished."""
+        signal = self._signals.get(request_id)
+        if signal is None:
+            return False
+        signal.abort(reason)
+        return True
+
+    def cancel_all(self, reason: str | None = None) -> None:
+        for signal in list(self._signals.values()):
+            signal.abort(reason)
+
+    def remove(self, request_id: str) -> None:
+        self._signals.pop(request_id, None)
+
+    def __len__(self) -> int:
+        return len(self._signals)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._signals

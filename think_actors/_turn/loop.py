@@ -1,0 +1,208 @@
+"""The step loop (AI SDK ``streamText`` semantics): model request, streamed chunks, tool calls, repeat.
+
+The loop ends when a step makes no tool calls, a call gets no result (a client tool), a stop condition
+matches, or ``max_steps`` steps have run. Provider errors propagate as ``ModelError``; the caller turns them
+into an in-band ``error`` chunk.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..chunks import (
+    FinishChunk,
+    FinishStepChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ReasoningStartChunk,
+    StartStepChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolInputDeltaChunk,
+    ToolInputStartChunk,
+)
+from ..hooks import ChunkContext, StepConfig, StepContext, StepResult, ToolCall, ToolResult
+from ..messages import new_id
+from ..models import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallDelta, Usage, resolve_model
+from .run import TurnRun
+from .tool_calls import input_chunk, parse_calls, run_calls
+
+_new_text = TextDeltaChunk.model_construct
+_new_reasoning = ReasoningDeltaChunk.model_construct
+
+
+async def _stop(run: TurnRun) -> bool:
+    for condition in run.stop_when:
+        verdict = condition(run.steps)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict:
+            return True
+    return False
+
+
+def _step_messages(text: str, calls: list[Any], results: list[ToolResult]) -> list[dict[str, Any]]:
+    """The assistant message and tool results this step adds to the next request."""
+    entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        entry["tool_calls"] = [
+            {"id": c.tool_call_id, "type": "function",
+             "function": {"name": c.tool_name, "arguments": json.dumps(c.input if isinstance(c.input, dict) else {})}}
+            for c in calls
+        ]
+    out = [entry]
+    by_id = {r.tool_call_id: r for r in results}
+    for c in calls:
+        if c.error is not None:
+            content = f"Error: {c.error}"
+        else:
+            r = by_id[c.tool_call_id]
+            content = f"Error: {r.error}" if r.error is not None else (
+                r.output if isinstance(r.output, str) else json.dumps(r.output, default=str))
+        out.append({"role": "tool", "tool_call_id": c.tool_call_id, "content": content})
+    return out
+
+
+async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
+    agent = run.agent
+    on_chunk = run.on_chunk
+    signal = run.signal
+    for step_number in range(run.max_steps):
+        run.step_number = step_number
+        step_cfg = await agent.before_step(
+            StepContext(request_id=run.request_id, step_number=step_number, steps=tuple(run.steps), model=run.model,
+                        messages=run.messages)
+        ) or StepConfig()
+        client, model_id = resolve_model(step_cfg.model or run.model)
+        system = step_cfg.instructions or step_cfg.system or run.system
+        messages = step_cfg.messages if step_cfg.messages is not None else run.messages
+        active = step_cfg.active_tools if step_cfg.active_tools is not None else run.active_tools
+        offered = [t for name, t in run.tools.items() if active is None or name in active]
+        request = ModelRequest(
+            model=model_id,
+            messages=[{"role": "system", "content": system}, *messages] if system else list(messages),
+            tools=[t.spec() for t in offered],
+            tool_choice=step_cfg.tool_choice if step_cfg.tool_choice is not None else run.tool_choice,
+            response_format=run.response_format,
+            params=run.params,
+            headers=run.headers,
+            timeout_s=run.timeout_s,
+            max_retries=run.max_retries,
+            provider_options={**run.provider_options, **(step_cfg.provider_options or {})},
+        )
+        yield StartStepChunk()
+
+        text_id: str | None = None
+        reasoning_id: str | None = None
+        texts: list[str] = []
+        reasoning: list[str] = []
+        raw_calls: dict[int, list[Any]] = {}  # index -> [id, name, argument fragments]
+        finish_reason = "stop"
+        usage = Usage()
+        stream = client.stream(request).__aiter__()
+        try:
+            while True:
+                signal.enter_wait()
+                try:
+                    event = await stream.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    signal.leave_wait()
+                kind = type(event)
+                if kind is TextDelta:
+                    if text_id is None:
+                        text_id = new_id()
+                        yield TextStartChunk(id=text_id)
+                    texts.append(event.text)
+                    if on_chunk is not None:
+                        await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
+                                                    type="text-delta", text=event.text))
+                    yield _new_text(id=text_id, delta=event.text, type="text-delta")
+                elif kind is ReasoningDelta:
+                    reasoning.append(event.text)
+                    if on_chunk is not None:
+                        await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
+                                                    type="reasoning-delta", text=event.text))
+                    if run.send_reasoning:
+                        if reasoning_id is None:
+                            reasoning_id = new_id()
+                            yield ReasoningStartChunk(id=reasoning_id)
+                        yield _new_reasoning(id=reasoning_id, delta=event.text, type="reasoning-delta")
+                elif kind is ToolCallDelta:
+                    entry = raw_calls.get(event.index)
+                    if entry is None:
+                        entry = raw_calls[event.index] = [event.id or new_id(), event.name or "", []]
+                        if on_chunk is not None:
+                            await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
+                                                        type="tool-input-start", tool_call_id=entry[0],
+                                                        tool_name=entry[1]))
+                        yield ToolInputStartChunk(tool_call_id=entry[0], tool_name=entry[1])
+                    elif event.name and not entry[1]:
+                        entry[1] = event.name
+                    if event.arguments:
+                        entry[2].append(event.arguments)
+                        if on_chunk is not None:
+                            await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
+                                                        type="tool-input-delta", tool_call_id=entry[0],
+                                                        text=event.arguments))
+                        yield ToolInputDeltaChunk(tool_call_id=entry[0], input_text_delta=event.arguments)
+                elif kind is FinishEvent:
+                    finish_reason = event.finish_reason or finish_reason
+                    usage = event.usage or usage
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+        if reasoning_id is not None:
+            yield ReasoningEndChunk(id=reasoning_id)
+        if text_id is not None:
+            yield TextEndChunk(id=text_id)
+
+        calls = await parse_calls(run, [(c[0], c[1], "".join(c[2])) for _, c in sorted(raw_calls.items())])
+        for call in calls:
+            if on_chunk is not None:
+                await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number, type="tool-call",
+                                            tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                                            input=call.input))
+            yield input_chunk(call)
+        runnable = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
+        results: list[ToolResult] = []
+        if runnable:
+            executing = run_calls(run, runnable, results)
+            try:
+                async for chunk in executing:
+                    yield chunk
+            finally:
+                await executing.aclose()
+            if on_chunk is not None:
+                for r in results:
+                    await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
+                                                type="tool-result", tool_call_id=r.tool_call_id,
+                                                tool_name=r.tool_name, input=r.input, output=r.output))
+        text = "".join(texts)
+        result = StepResult(
+            step_number=step_number,
+            text=text,
+            reasoning="".join(reasoning),
+            tool_calls=tuple(ToolCall(tool_call_id=c.tool_call_id, tool_name=c.tool_name, input=c.input)
+                             for c in calls),
+            tool_results=tuple(results),
+            finish_reason=finish_reason,
+            usage=usage,
+            model=model_id,
+        )
+        run.steps.append(result)
+        run.finish_reason = finish_reason
+        await agent.on_step_finish(result)
+        yield FinishStepChunk()
+        # A call the caller must answer (a client tool) ends the loop with that call waiting.
+        waiting = any(c.error is None and c.tool is not None and not c.tool.executable for c in calls)
+        if not calls or waiting or await _stop(run):
+            break
+        run.messages = [*messages, *_step_messages(text, calls, results)]
+    yield FinishChunk(finish_reason=run.finish_reason)

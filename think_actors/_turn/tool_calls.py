@@ -1,0 +1,188 @@
+"""Tool calls of one step: parse and validate the model's calls, then run them concurrently through the hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..chunks import (
+    ToolInputAvailableChunk,
+    ToolInputErrorChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputErrorChunk,
+)
+from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
+from ..tools import Tool, ToolContext, ToolInputError
+
+if TYPE_CHECKING:
+    from .run import TurnRun
+
+
+@dataclass(slots=True)
+class ParsedCall:
+    """One tool call as the model streamed it, after parsing and validation."""
+
+    tool_call_id: str
+    tool_name: str
+    raw_arguments: str
+    input: Any = None  # the parsed JSON object (what the model asked for)
+    validated: Any = None  # what the function receives
+    tool: Tool | None = None
+    error: str | None = None  # input error the model will see instead of a result
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolRepairContext:
+    """Given to ``TurnConfig.repair_tool_call``: a call naming an unknown tool or with invalid input."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    raw_arguments: str
+    error: str
+    tools: dict[str, Tool]
+
+
+def _parse_arguments(raw: str) -> tuple[Any, str | None]:
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as err:
+        return raw, f"Invalid JSON in tool call arguments: {err}"
+    return value, None
+
+
+def _check(call: ParsedCall, tools: dict[str, Tool]) -> None:
+    call.tool = tools.get(call.tool_name)
+    call.error = None
+    if call.tool is None:
+        available = ", ".join(sorted(tools)) or "none"
+        call.error = f"Model tried to call unavailable tool {call.tool_name!r}. Available tools: {available}."
+        return
+    try:
+        call.validated = call.tool.validate_input(call.input)
+    except ToolInputError as err:
+        call.error = str(err)
+
+
+async def parse_calls(run: TurnRun, raw_calls: list[tuple[str, str, str]]) -> list[ParsedCall]:
+    """Parse and validate each call; ``repair_tool_call`` gets one chance at each failing call."""
+    calls = []
+    for tool_call_id, name, raw in raw_calls:
+        call = ParsedCall(tool_call_id, name, raw)
+        call.input, call.error = _parse_arguments(raw)
+        if call.error is None:
+            _check(call, run.tools)
+        if call.error is not None and run.repair_tool_call is not None:
+            repaired = await run.repair_tool_call(
+                ToolRepairContext(tool_call_id=tool_call_id, tool_name=name, input=call.input, raw_arguments=raw,
+                                  error=call.error, tools=run.tools)
+            )
+            if repaired is not None:
+                if isinstance(repaired, dict) and "tool_name" in repaired and "input" in repaired:
+                    call.tool_name, call.input = repaired["tool_name"], repaired["input"]
+                else:
+                    call.input = repaired
+                _check(call, run.tools)  # a repair is re-validated like the original
+        calls.append(call)
+    return calls
+
+
+def input_chunk(call: ParsedCall) -> Any:
+    if call.error is not None:
+        return ToolInputErrorChunk(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input,
+                                   error_text=call.error)
+    return ToolInputAvailableChunk(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
+
+
+async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
+    """Run one call through before_tool_call / the tool / after_tool_call; never raises (but on cancel)."""
+    assert call.tool is not None
+    agent = run.agent
+    tool = call.tool
+    started = time.perf_counter()
+    output: Any = None
+    error: str | None = None
+    ctx = ToolCallContext(request_id=run.request_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                          input=call.input, step_number=run.step_number, messages=run.messages)
+    try:
+        decision = await agent.before_tool_call(ctx)
+        if isinstance(decision, Block):
+            output = decision.reason or f'Tool "{call.tool_name}" was blocked by before_tool_call.'
+        elif isinstance(decision, Substitute):
+            output = decision.output
+        else:
+            value = decision.input if isinstance(decision, Allow) and decision.replaces_input else call.validated
+            context = ToolContext(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                                  request_id=run.request_id, agent=agent, messages=run.messages, emit=emit)
+            result = agent._start_tool(tool, value, context)
+            if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
+                async for output in result:
+                    emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
+            else:
+                output = await Tool.resolve(result)
+        if tool.streaming and isinstance(decision, Block | Substitute):
+            # A short-circuited streaming tool still shows one preliminary result before the final one.
+            emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
+    except asyncio.CancelledError:
+        raise
+    except Exception as err:  # a tool's failure is a result the model sees, never a crashed turn
+        error = str(err) or type(err).__name__
+    duration_ms = (time.perf_counter() - started) * 1000
+    if error is None:
+        emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output))
+    else:
+        emit(ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=error))
+    await agent.after_tool_call(
+        ToolCallResultContext(request_id=run.request_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                              input=call.input, step_number=run.step_number, success=error is None, output=output,
+                              error=error, duration_ms=duration_ms)
+    )
+    return ToolResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, output=output,
+                      error=error)
+
+
+async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolResult]) -> AsyncIterator[Any]:
+    """Run every executable call concurrently, yielding their chunks as they come; fills ``results``."""
+    if len(calls) == 1 and not calls[0].tool.streaming and calls[0].tool.executor is None:  # type: ignore[union-attr]
+        # One plain call: no queue, no task (the common case, and the benchmark's).
+        pending: list[Any] = []
+        run.signal.enter_wait()
+        try:
+            results.append(await _execute(run, calls[0], pending.append))
+        finally:
+            run.signal.leave_wait()
+        for chunk in pending:
+            yield chunk
+        return
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    done = object()
+
+    async def one(call: ParsedCall) -> ToolResult:
+        try:
+            return await _execute(run, call, queue.put_nowait)
+        finally:
+            queue.put_nowait(done)
+
+    tasks = [asyncio.ensure_future(one(call)) for call in calls]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            run.signal.enter_wait()
+            try:
+                item = await queue.get()
+            finally:
+                run.signal.leave_wait()
+            if item is done:
+                remaining -= 1
+            else:
+                yield item
+        results.extend(task.result() for task in tasks)
+    finally:
+        for task in tasks:
+            task.cancel()

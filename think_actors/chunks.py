@@ -1,0 +1,558 @@
+"""UI chunks, the single streaming currency, and the accumulator that folds them into a UIMessage.
+
+The same chunk objects go to the Python caller, to a parent agent, to a WebSocket client and into the
+accumulator. On the wire they use the AI SDK's ``UIMessageChunk`` JSON (``{"type": "text-delta", "id": ..,
+"delta": ..}``), so existing clients read them unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Tag, TypeAdapter
+
+from .messages import (
+    SETTLED_STATES,
+    DataPart,
+    FilePart,
+    MessagePart,
+    ReasoningPart,
+    SourceDocumentPart,
+    SourceUrlPart,
+    StepStartPart,
+    TextPart,
+    ToolApproval,
+    ToolPart,
+    UIMessage,
+    WireModel,
+)
+
+__all__ = [
+    "AbortChunk",
+    "AgentToolEventChunk",
+    "DataChunk",
+    "ErrorChunk",
+    "FileChunk",
+    "FinishChunk",
+    "FinishStepChunk",
+    "MessageAccumulator",
+    "MessageMetadataChunk",
+    "ReasoningDeltaChunk",
+    "ReasoningEndChunk",
+    "ReasoningStartChunk",
+    "SourceDocumentChunk",
+    "SourceUrlChunk",
+    "StartChunk",
+    "StartStepChunk",
+    "TextDeltaChunk",
+    "TextEndChunk",
+    "TextStartChunk",
+    "ToolApprovalRequestChunk",
+    "ToolInputAvailableChunk",
+    "ToolInputDeltaChunk",
+    "ToolInputErrorChunk",
+    "ToolInputStartChunk",
+    "ToolOutputAvailableChunk",
+    "ToolOutputDeniedChunk",
+    "ToolOutputErrorChunk",
+    "ToolUpdate",
+    "UIChunk",
+    "parse_chunk",
+]
+
+
+class StartChunk(WireModel):
+    type: Literal["start"] = "start"
+    message_id: str | None = None
+    message_metadata: dict[str, Any] | None = None
+
+
+class StartStepChunk(WireModel):
+    type: Literal["start-step"] = "start-step"
+
+
+class TextStartChunk(WireModel):
+    type: Literal["text-start"] = "text-start"
+    id: str
+
+
+class TextDeltaChunk(WireModel):
+    type: Literal["text-delta"] = "text-delta"
+    id: str
+    delta: str
+
+
+class TextEndChunk(WireModel):
+    type: Literal["text-end"] = "text-end"
+    id: str
+
+
+class ReasoningStartChunk(WireModel):
+    type: Literal["reasoning-start"] = "reasoning-start"
+    id: str
+    provider_metadata: dict[str, Any] | None = None
+
+
+class ReasoningDeltaChunk(WireModel):
+    type: Literal["reasoning-delta"] = "reasoning-delta"
+    id: str
+    delta: str
+
+
+class ReasoningEndChunk(WireModel):
+    type: Literal["reasoning-end"] = "reasoning-end"
+    id: str
+    provider_metadata: dict[str, Any] | None = None
+
+
+class ToolInputStartChunk(WireModel):
+    type: Literal["tool-input-start"] = "tool-input-start"
+    tool_call_id: str
+    tool_name: str
+    dynamic: bool | None = None
+    provider_executed: bool | None = None
+
+
+class ToolInputDeltaChunk(WireModel):
+    type: Literal["tool-input-delta"] = "tool-input-delta"
+    tool_call_id: str
+    input_text_delta: str
+
+
+class ToolInputAvailableChunk(WireModel):
+    type: Literal["tool-input-available"] = "tool-input-available"
+    tool_call_id: str
+    tool_name: str
+    input: Any = None
+    dynamic: bool | None = None
+    provider_executed: bool | None = None
+
+
+class ToolInputErrorChunk(WireModel):
+    type: Literal["tool-input-error"] = "tool-input-error"
+    tool_call_id: str
+    tool_name: str
+    input: Any = None
+    error_text: str
+    dynamic: bool | None = None
+
+
+class ToolApprovalRequestChunk(WireModel):
+    type: Literal["tool-approval-request"] = "tool-approval-request"
+    approval_id: str
+    tool_call_id: str
+
+
+class ToolOutputAvailableChunk(WireModel):
+    type: Literal["tool-output-available"] = "tool-output-available"
+    tool_call_id: str
+    output: Any = None
+    preliminary: bool | None = None
+    dynamic: bool | None = None
+
+
+class ToolOutputErrorChunk(WireModel):
+    type: Literal["tool-output-error"] = "tool-output-error"
+    tool_call_id: str
+    error_text: str
+    dynamic: bool | None = None
+
+
+class ToolOutputDeniedChunk(WireModel):
+    type: Literal["tool-output-denied"] = "tool-output-denied"
+    tool_call_id: str
+
+
+class SourceUrlChunk(WireModel):
+    type: Literal["source-url"] = "source-url"
+    source_id: str
+    url: str
+    title: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+
+
+class SourceDocumentChunk(WireModel):
+    type: Literal["source-document"] = "source-document"
+    source_id: str
+    media_type: str
+    title: str
+    filename: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+
+
+class FileChunk(WireModel):
+    type: Literal["file"] = "file"
+    url: str
+    media_type: str
+
+
+class DataChunk(WireModel):
+    """``data-<name>``; ``transient`` chunks reach live readers but are never persisted."""
+
+    type: str
+    id: str | None = None
+    data: Any = None
+    transient: bool | None = None
+
+
+class MessageMetadataChunk(WireModel):
+    type: Literal["message-metadata"] = "message-metadata"
+    message_metadata: dict[str, Any]
+
+
+class FinishStepChunk(WireModel):
+    type: Literal["finish-step"] = "finish-step"
+
+
+class FinishChunk(WireModel):
+    type: Literal["finish"] = "finish"
+    finish_reason: str | None = None
+    message_metadata: dict[str, Any] | None = None
+
+
+class ErrorChunk(WireModel):
+    type: Literal["error"] = "error"
+    error_text: str
+
+
+class AbortChunk(WireModel):
+    type: Literal["abort"] = "abort"
+    reason: str | None = None
+
+
+class AgentToolEventChunk(WireModel):
+    """A child agent's event forwarded into its parent's stream (never persisted in the parent's message).
+
+    ``agent`` is the child's path, ``parent_tool_call_id`` the parent's tool call that runs it; ``kind`` is
+    ``started``, ``chunk`` (``chunk`` holds the child's chunk), ``finished``, ``error`` or ``aborted``.
+    """
+
+    type: Literal["agent-tool-event"] = "agent-tool-event"
+    agent: str
+    parent_tool_call_id: str | None = None
+    run_id: str | None = None
+    kind: Literal["started", "chunk", "finished", "error", "aborted"]
+    sequence: int = 0
+    chunk: UIChunk | None = None
+    summary: str | None = None
+    error: str | None = None
+
+
+def _chunk_tag(value: Any) -> str:
+    kind = value.get("type", "") if isinstance(value, dict) else getattr(value, "type", "")
+    if kind.startswith("data-"):
+        return "data"
+    if kind == "step-start":  # the AI SDK's older alias
+        return "start-step"
+    return str(kind)
+
+
+_CHUNK_CLASSES: tuple[type[WireModel], ...] = (
+    StartChunk,
+    StartStepChunk,
+    TextStartChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    ReasoningStartChunk,
+    ReasoningDeltaChunk,
+    ReasoningEndChunk,
+    ToolInputStartChunk,
+    ToolInputDeltaChunk,
+    ToolInputAvailableChunk,
+    ToolInputErrorChunk,
+    ToolApprovalRequestChunk,
+    ToolOutputAvailableChunk,
+    ToolOutputErrorChunk,
+    ToolOutputDeniedChunk,
+    SourceUrlChunk,
+    SourceDocumentChunk,
+    FileChunk,
+    MessageMetadataChunk,
+    FinishStepChunk,
+    FinishChunk,
+    ErrorChunk,
+    AbortChunk,
+    AgentToolEventChunk,
+)
+
+UIChunk = Annotated[
+    Annotated[StartChunk, Tag("start")]
+    | Annotated[StartStepChunk, Tag("start-step")]
+    | Annotated[TextStartChunk, Tag("text-start")]
+    | Annotated[TextDeltaChunk, Tag("text-delta")]
+    | Annotated[TextEndChunk, Tag("text-end")]
+    | Annotated[ReasoningStartChunk, Tag("reasoning-start")]
+    | Annotated[ReasoningDeltaChunk, Tag("reasoning-delta")]
+    | Annotated[ReasoningEndChunk, Tag("reasoning-end")]
+    | Annotated[ToolInputStartChunk, Tag("tool-input-start")]
+    | Annotated[ToolInputDeltaChunk, Tag("tool-input-delta")]
+    | Annotated[ToolInputAvailableChunk, Tag("tool-input-available")]
+    | Annotated[ToolInputErrorChunk, Tag("tool-input-error")]
+    | Annotated[ToolApprovalRequestChunk, Tag("tool-approval-request")]
+    | Annotated[ToolOutputAvailableChunk, Tag("tool-output-available")]
+    | Annotated[ToolOutputErrorChunk, Tag("tool-output-error")]
+    | Annotated[ToolOutputDeniedChunk, Tag("tool-output-denied")]
+    | Annotated[SourceUrlChunk, Tag("source-url")]
+    | Annotated[SourceDocumentChunk, Tag("source-document")]
+    | Annotated[FileChunk, Tag("file")]
+    | Annotated[DataChunk, Tag("data")]
+    | Annotated[MessageMetadataChunk, Tag("message-metadata")]
+    | Annotated[FinishStepChunk, Tag("finish-step")]
+    | Annotated[FinishChunk, Tag("finish")]
+    | Annotated[ErrorChunk, Tag("error")]
+    | Annotated[AbortChunk, Tag("abort")]
+    | Annotated[AgentToolEventChunk, Tag("agent-tool-event")],
+    Discriminator(_chunk_tag),
+]
+AgentToolEventChunk.model_rebuild()
+
+_CHUNK_ADAPTER: TypeAdapter[Any] = TypeAdapter(UIChunk)
+
+
+def parse_chunk(data: dict[str, Any] | str | bytes) -> Any:
+    """Validate one chunk from its wire form (a dict, or JSON text)."""
+    if isinstance(data, str | bytes):
+        return _CHUNK_ADAPTER.validate_json(data)
+    if data.get("type") == "step-start":
+        data = {**data, "type": "start-step"}
+    return _CHUNK_ADAPTER.validate_python(data)
+
+
+class ToolUpdate:
+    """A tool result for a tool call that lives in an earlier message (a cross-message update)."""
+
+    __slots__ = ("chunk", "tool_call_id")
+
+    def __init__(self, tool_call_id: str, chunk: Any):
+        self.tool_call_id = tool_call_id
+        self.chunk = chunk
+
+    def apply(self, message: UIMessage) -> UIMessage | None:
+        """The message with this result applied, or None if the call is absent or already settled."""
+        parts = list(message.parts)
+        for i, part in enumerate(parts):
+            if isinstance(part, ToolPart) and part.tool_call_id == self.tool_call_id:
+                updated = _apply_tool_result(part, self.chunk)
+                if updated is None:
+                    return None
+                parts[i] = updated
+                return message.model_copy(update={"parts": tuple(parts)})
+        return None
+
+
+def _apply_tool_result(part: ToolPart, chunk: Any) -> ToolPart | None:
+    # First write wins: a settled part (not a preliminary output) never changes again.
+    if part.state in SETTLED_STATES and not part.preliminary:
+        return None
+    if isinstance(chunk, ToolOutputAvailableChunk):
+        return part.model_copy(update={"state": "output-available", "output": chunk.output,
+                                       "preliminary": True if chunk.preliminary else None})
+    if isinstance(chunk, ToolOutputErrorChunk):
+        return part.model_copy(update={"state": "output-error", "error_text": chunk.error_text, "preliminary": None})
+    if isinstance(chunk, ToolOutputDeniedChunk):
+        if part.state == "approval-responded" and part.approval and part.approval.approved:
+            return None
+        return part.model_copy(update={"state": "output-denied", "preliminary": None})
+    return None
+
+
+class _Text:
+    __slots__ = ("chunks", "done", "kind", "provider_metadata")
+
+    def __init__(self, kind: str, provider_metadata: dict[str, Any] | None = None):
+        self.kind = kind
+        self.chunks: list[str] = []
+        self.done = False
+        self.provider_metadata = provider_metadata
+
+
+class MessageAccumulator:
+    """Folds UI chunks into one assistant message.
+
+    Hot path: text and reasoning deltas only append to a list; the frozen ``UIMessage`` is built by
+    ``message()``. ``apply`` returns a ``ToolUpdate`` when a tool result targets a call this message does
+    not hold (the caller applies it to the stored message that does).
+    """
+
+    def __init__(self, message_id: str, *, metadata: dict[str, Any] | None = None, continuation: bool = False):
+        self.message_id = message_id
+        self.continuation = continuation
+        self.metadata: dict[str, Any] | None = dict(metadata) if metadata else None
+        self._parts: list[Any] = []  # _Text builders, ToolPart, and other frozen parts
+        self._open: dict[str, _Text] = {}
+        self._tools: dict[str, int] = {}
+        self._tool_input_text: dict[str, list[str]] = {}
+        self._data: dict[tuple[str, str], int] = {}
+
+    def apply(self, chunk: Any) -> ToolUpdate | None:
+        kind = chunk.type
+        if kind == "text-delta" or kind == "reasoning-delta":
+            text = self._open.get(chunk.id)
+            if text is None:  # a delta without its start still lands in a part
+                text = self._start_text("text" if kind == "text-delta" else "reasoning", chunk.id, None)
+            text.chunks.append(chunk.delta)
+            return None
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            return handler(self, chunk)
+        if kind.startswith("data-") and not chunk.transient:
+            self._apply_data(chunk)
+        return None
+
+    def _start_text(self, kind: str, part_id: str, provider_metadata: dict[str, Any] | None) -> _Text:
+        text = _Text(kind, provider_metadata)
+        self._open[part_id] = text
+        self._parts.append(text)
+        return text
+
+    def _end_text(self, chunk: Any) -> None:
+        text = self._open.pop(chunk.id, None)
+        if text is not None:
+            text.done = True
+            if getattr(chunk, "provider_metadata", None):
+                text.provider_metadata = chunk.provider_metadata
+
+    def _merge_metadata(self, metadata: dict[str, Any] | None) -> None:
+        if metadata:
+            self.metadata = {**(self.metadata or {}), **metadata}
+
+    def _on_start(self, chunk: StartChunk) -> None:
+        if chunk.message_id and not self.continuation:
+            self.message_id = chunk.message_id
+        self._merge_metadata(chunk.message_metadata)
+
+    def _tool(self, tool_call_id: str) -> ToolPart | None:
+        index = self._tools.get(tool_call_id)
+        return None if index is None else self._parts[index]
+
+    def _set_tool(self, part: ToolPart) -> None:
+        index = self._tools.get(part.tool_call_id)
+        if index is None:
+            self._tools[part.tool_call_id] = len(self._parts)
+            self._parts.append(part)
+        else:
+            self._parts[index] = part
+
+    def _on_tool_input_start(self, chunk: ToolInputStartChunk) -> None:
+        if chunk.tool_call_id in self._tools:  # a replayed start never resets a part
+            return
+        self._set_tool(_new_tool_part(chunk, "input-streaming"))
+        self._tool_input_text[chunk.tool_call_id] = []
+
+    def _on_tool_input_delta(self, chunk: ToolInputDeltaChunk) -> None:
+        part = self._tool(chunk.tool_call_id)
+        if part is not None and part.state == "input-streaming":
+            self._tool_input_text[chunk.tool_call_id].append(chunk.input_text_delta)
+
+    def _on_tool_input_available(self, chunk: ToolInputAvailableChunk) -> None:
+        part = self._tool(chunk.tool_call_id)
+        if part is None:
+            self._set_tool(_new_tool_part(chunk, "input-available", input=chunk.input))
+        elif part.state == "input-streaming":
+            self._set_tool(part.model_copy(update={"state": "input-available", "input": chunk.input}))
+        self._tool_input_text.pop(chunk.tool_call_id, None)
+
+    def _on_tool_input_error(self, chunk: ToolInputErrorChunk) -> None:
+        part = self._tool(chunk.tool_call_id)
+        if part is None:
+            part = _new_tool_part(chunk, "input-streaming")
+        if part.state in SETTLED_STATES:
+            return
+        self._set_tool(part.model_copy(update={"state": "output-error", "input": chunk.input,
+                                               "error_text": chunk.error_text}))
+        self._tool_input_text.pop(chunk.tool_call_id, None)
+
+    def _on_approval_request(self, chunk: ToolApprovalRequestChunk) -> None:
+        part = self._tool(chunk.tool_call_id)
+        if part is None or part.state in SETTLED_STATES or part.state == "approval-responded":
+            return
+        self._set_tool(part.model_copy(update={"state": "approval-requested",
+                                               "approval": ToolApproval(id=chunk.approval_id)}))
+
+    def _on_tool_result(self, chunk: Any) -> ToolUpdate | None:
+        part = self._tool(chunk.tool_call_id)
+        if part is None:
+            return ToolUpdate(chunk.tool_call_id, chunk)
+        updated = _apply_tool_result(part, chunk)
+        if updated is not None:
+            self._set_tool(updated)
+        return None
+
+    def _apply_data(self, chunk: DataChunk) -> None:
+        part = DataPart(type=chunk.type, id=chunk.id, data=chunk.data)
+        if chunk.id is not None:
+            key = (chunk.type, chunk.id)
+            index = self._data.get(key)
+            if index is not None:
+                self._parts[index] = part
+                return
+            self._data[key] = len(self._parts)
+        self._parts.append(part)
+
+    def _append(self, part: Any) -> None:
+        self._parts.append(part)
+
+    @property
+    def has_content(self) -> bool:
+        """Whether the message holds anything but step-start parts (only such a message is persisted)."""
+        return any(not isinstance(p, StepStartPart) for p in self._parts)
+
+    @property
+    def text(self) -> str:
+        return "".join("".join(p.chunks) for p in self._parts if isinstance(p, _Text) and p.kind == "text")
+
+    def tool_part(self, tool_call_id: str) -> ToolPart | None:
+        return self._tool(tool_call_id)
+
+    def message(self) -> UIMessage:
+        """The message as folded so far (streaming text parts stay ``state="streaming"``)."""
+        parts: list[MessagePart] = []
+        for p in self._parts:
+            if isinstance(p, _Text):
+                text = "".join(p.chunks)
+                state: Literal["streaming", "done"] = "done" if p.done else "streaming"
+                if p.kind == "text":
+                    parts.append(TextPart(text=text, state=state))
+                elif text or p.provider_metadata:  # empty reasoning is dropped unless it carries metadata
+                    parts.append(ReasoningPart(text=text, state=state, provider_metadata=p.provider_metadata))
+            else:
+                parts.append(p)
+        return UIMessage(id=self.message_id, role="assistant", parts=tuple(parts), metadata=self.metadata)
+
+
+def _new_tool_part(chunk: Any, state: str, input: Any = None) -> ToolPart:
+    dynamic = bool(getattr(chunk, "dynamic", None))
+    return ToolPart(
+        type="dynamic-tool" if dynamic else f"tool-{chunk.tool_name}",
+        tool_name=chunk.tool_name if dynamic else None,
+        tool_call_id=chunk.tool_call_id,
+        state=state,  # type: ignore[arg-type]
+        input=input,
+        provider_executed=getattr(chunk, "provider_executed", None),
+    )
+
+
+_HANDLERS: dict[str, Any] = {
+    "start": MessageAccumulator._on_start,
+    "start-step": lambda acc, chunk: acc._append(StepStartPart()),
+    "text-start": lambda acc, chunk: acc._start_text("text", chunk.id, None) and None,
+    "text-end": MessageAccumulator._end_text,
+    "reasoning-start": lambda acc, chunk: acc._start_text("reasoning", chunk.id, chunk.provider_metadata) and None,
+    "reasoning-end": MessageAccumulator._end_text,
+    "tool-input-start": MessageAccumulator._on_tool_input_start,
+    "tool-input-delta": MessageAccumulator._on_tool_input_delta,
+    "tool-input-available": MessageAccumulator._on_tool_input_available,
+    "tool-input-error": MessageAccumulator._on_tool_input_error,
+    "tool-approval-request": MessageAccumulator._on_approval_request,
+    "tool-output-available": MessageAccumulator._on_tool_result,
+    "tool-output-error": MessageAccumulator._on_tool_result,
+    "tool-output-denied": MessageAccumulator._on_tool_result,
+    "source-url": lambda acc, c: acc._append(
+        SourceUrlPart(source_id=c.source_id, url=c.url, title=c.title, provider_metadata=c.provider_metadata)),
+    "source-document": lambda acc, c: acc._append(SourceDocumentPart(
+        source_id=c.source_id, media_type=c.media_type, title=c.title, filename=c.filename,
+        provider_metadata=c.provider_metadata)),
+    "file": lambda acc, c: acc._append(FilePart(url=c.url, media_type=c.media_type)),
+    "message-metadata": lambda acc, c: acc._merge_metadata(c.message_metadata),
+    "finish": lambda acc, c: acc._merge_metadata(c.message_metadata),
+}

@@ -1,0 +1,165 @@
+"""The think_actors error tree.
+
+Every error pickles (Ray re-raises an actor's exception in the caller only if it does) and carries facts,
+never a provider SDK type::
+
+    ThinkError                      message, request_id, retryable
+    ├── ConfigurationError          a bad class attribute, option or argument
+    │   └── InvalidAgentNameError   a name that could escape its directory or key space
+    ├── TurnError                   a turn could not start or run; stage, messages_persisted
+    │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
+    │   └── NoMessagesError         nothing to send to the model
+    ├── ModelError                  the model provider failed; provider, status_code
+    │   ├── ContextOverflowError    the prompt does not fit the model's context window
+    │   ├── RateLimitError          429 / quota
+    │   ├── ModelTimeoutError       the provider did not answer in time
+    │   ├── ModelConnectionError    the connection failed or the stream was cut
+    │   └── ProviderError           any other provider answer (4xx/5xx, malformed stream)
+    ├── ToolExecutionError          a tool failed where the model cannot be told (e.g. a remote tool's transport)
+    ├── StoreError                  the store could not read or write
+    ├── ScriptError                 a ScriptedModel ran out of steps or has steps left over
+    └── AgentError                  the actor runtime failed
+        ├── AgentCycleError         A -> B -> A while A holds its turn lock
+        └── AgentUnavailableError   an agent actor is gone or restarting
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentCycleError",
+    "AgentError",
+    "AgentUnavailableError",
+    "ConfigurationError",
+    "ContextOverflowError",
+    "InvalidAgentNameError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelTimeoutError",
+    "NestedTurnError",
+    "NoMessagesError",
+    "ProviderError",
+    "RateLimitError",
+    "ScriptError",
+    "StoreError",
+    "ThinkError",
+    "ToolExecutionError",
+    "TurnError",
+]
+
+
+class ThinkError(Exception):
+    """Root of every think_actors error.
+
+    Subclasses declare their extra fields in ``_fields``; ``__reduce__`` rebuilds them on unpickling, so an error
+    raised in an actor arrives in the caller as the same class with the same fields.
+    """
+
+    _fields: tuple[str, ...] = ("request_id", "retryable")
+
+    def __init__(self, message: str = "", *, request_id: str | None = None, retryable: bool = False, **facts: Any):
+        super().__init__(message)
+        self.message = message
+        self.request_id = request_id
+        self.retryable = retryable
+        for name in self._fields:
+            if name not in ("request_id", "retryable"):
+                setattr(self, name, facts.pop(name, None))
+        if facts:
+            raise TypeError(f"{type(self).__name__} got unexpected fields: {sorted(facts)}")
+
+    def facts(self) -> dict[str, Any]:
+        """The error's fields as a dict (without the message)."""
+        return {name: getattr(self, name) for name in self._fields}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.facts()))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.facts().items() if v not in (None, False))
+        return f"{type(self).__name__}({self.message!r}{', ' + shown if shown else ''})"
+
+
+def _rebuild(cls: type[ThinkError], message: str, facts: dict[str, Any]) -> ThinkError:
+    return cls(message, **facts)
+
+
+class ConfigurationError(ThinkError):
+    """A bad class attribute, option or argument."""
+
+
+class InvalidAgentNameError(ConfigurationError):
+    """An agent name that could escape its directory or key space."""
+
+    _fields = (*ThinkError._fields, "name")
+
+
+class TurnError(ThinkError):
+    """A turn could not start or run."""
+
+    _fields = (*ThinkError._fields, "stage", "messages_persisted")
+
+
+class NestedTurnError(TurnError):
+    """A blocking turn was started from inside a turn of the same agent (it would wait for itself forever)."""
+
+
+class NoMessagesError(TurnError):
+    """The transcript left nothing to send to the model."""
+
+
+class ModelError(ThinkError):
+    """The model provider failed. ``status_code`` is the HTTP status when there was one."""
+
+    _fields = (*ThinkError._fields, "provider", "status_code")
+
+
+class ContextOverflowError(ModelError):
+    """The prompt does not fit the model's context window."""
+
+
+class RateLimitError(ModelError):
+    """The provider rate-limited the request."""
+
+
+class ModelTimeoutError(ModelError):
+    """The provider did not answer in time."""
+
+
+class ModelConnectionError(ModelError):
+    """The connection failed or the stream was cut before it finished."""
+
+
+class ProviderError(ModelError):
+    """Any other provider failure (an error status, a malformed stream)."""
+
+
+class ToolExecutionError(ThinkError):
+    """A tool failed in a way that is not a tool result (its transport failed)."""
+
+    _fields = (*ThinkError._fields, "tool_name", "tool_call_id")
+
+
+class StoreError(ThinkError):
+    """The store could not read or write."""
+
+
+class ScriptError(ThinkError):
+    """A ScriptedModel was asked for a step it does not have, or finished with steps left over."""
+
+
+class AgentError(ThinkError):
+    """The actor runtime failed."""
+
+    _fields = (*ThinkError._fields, "agent")
+
+
+class AgentCycleError(AgentError):
+    """A call cycle (A -> B -> A) while A holds its turn lock; ``cycle`` lists the agent paths."""
+
+    _fields = (*AgentError._fields, "cycle")
+
+
+class AgentUnavailableError(AgentError):
+    """An agent actor is gone or restarting."""

@@ -1,0 +1,275 @@
+"""Hook contexts, configs and decisions: what each lifecycle hook of ``Think`` receives and may return.
+
+Contexts are frozen, keyword-only dataclasses; new fields go at the end with defaults so no override breaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from .messages import UIMessage
+from .models import ModelClient, Usage
+
+if TYPE_CHECKING:
+    from .tools import Tool
+
+__all__ = [
+    "Allow",
+    "Block",
+    "ChatErrorContext",
+    "ChatErrorStage",
+    "ChatResponseResult",
+    "ChunkContext",
+    "ErrorClassification",
+    "StepConfig",
+    "StepContext",
+    "StepResult",
+    "StopCondition",
+    "Substitute",
+    "ToolCall",
+    "ToolCallContext",
+    "ToolCallDecision",
+    "ToolCallResultContext",
+    "ToolResult",
+    "TurnConfig",
+    "TurnContext",
+    "TurnStatus",
+    "has_tool_call",
+    "step_count_is",
+]
+
+TurnStatus = Literal["completed", "error", "aborted", "skipped"]
+ChatErrorStage = Literal["parse", "persist", "turn", "stream", "recovery", "transcript"]
+ErrorClassification = Literal["context_overflow", "rate_limit", "transient", "fatal", "unknown"]
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCall:
+    tool_call_id: str
+    tool_name: str
+    input: Any
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResult:
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    output: Any = None
+    error: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepResult:
+    """What one step (one model request and its tool calls) produced."""
+
+    step_number: int
+    text: str
+    reasoning: str
+    tool_calls: tuple[ToolCall, ...]
+    tool_results: tuple[ToolResult, ...]
+    finish_reason: str
+    usage: Usage
+    model: str = ""
+
+
+StopCondition = Callable[[Sequence[StepResult]], bool | Awaitable[bool]]
+
+
+def step_count_is(count: int) -> StopCondition:
+    """Stop once ``count`` steps have run."""
+    return lambda steps: len(steps) >= count
+
+
+def has_tool_call(name: str) -> StopCondition:
+    """Stop after a step that called the tool ``name``."""
+    return lambda steps: bool(steps) and any(c.tool_name == name for c in steps[-1].tool_calls)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnContext:
+    """What ``before_turn`` sees: the turn as assembled, before any override.
+
+    ``messages`` are the OpenAI-format messages the model will get (repaired, truncated, converted);
+    ``tools`` are the merged tools by name; ``body`` is the caller's custom body, if any.
+    """
+
+    request_id: str
+    system: str
+    messages: list[dict[str, Any]]
+    tools: dict[str, Tool]
+    model: str | ModelClient
+    continuation: bool
+    body: dict[str, Any] | None = None
+    trigger: str = "programmatic"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnConfig:
+    """What ``before_turn`` may return; every field is optional and None means "keep".
+
+    ``instructions`` (preferred) or ``system`` replaces the system prompt; ``messages`` replaces the model
+    messages; ``tools`` adds tools (by name, later wins); ``active_tools`` restricts the tools offered;
+    ``stop_when`` conditions are added to the ``max_steps`` bound; ``output`` is a pydantic model class for
+    structured output; ``repair_tool_call`` is ``async (ctx: ToolRepairContext) -> dict | None`` called for an
+    unknown tool or invalid input, returning repaired input (re-validated) or None to keep the error.
+    """
+
+    model: str | ModelClient | None = None
+    instructions: str | None = None
+    system: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: Sequence[Any] | None = None
+    active_tools: Sequence[str] | None = None
+    tool_choice: Any = None
+    max_steps: int | None = None
+    stop_when: Sequence[StopCondition] | None = None
+    send_reasoning: bool | None = None
+    output: Any = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop_sequences: Sequence[str] | None = None
+    seed: int | None = None
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    headers: dict[str, str] | None = None
+    provider_options: dict[str, Any] | None = None
+    repair_tool_call: Callable[[Any], Awaitable[Any]] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepContext:
+    """What ``before_step`` sees: the step about to run (0-based) and the steps before it in this turn."""
+
+    request_id: str
+    step_number: int
+    steps: tuple[StepResult, ...]
+    model: str | ModelClient
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepConfig:
+    """What ``before_step`` may return for this step only; None means "keep"."""
+
+    model: str | ModelClient | None = None
+    tool_choice: Any = None
+    active_tools: Sequence[str] | None = None
+    instructions: str | None = None
+    system: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    provider_options: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkContext:
+    """One model-level stream part: ``type`` is ``text-delta``, ``reasoning-delta``, ``tool-input-start``,
+    ``tool-input-delta``, ``tool-call`` or ``tool-result``."""
+
+    request_id: str
+    step_number: int
+    type: str
+    text: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    input: Any = None
+    output: Any = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallContext:
+    """A tool call about to run (its input already validated against the tool's schema)."""
+
+    request_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    step_number: int
+    messages: list[dict[str, Any]]
+    dynamic: bool = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallResultContext:
+    """A finished tool call. ``input`` is the model's input even when ``before_tool_call`` replaced it."""
+
+    request_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    step_number: int
+    success: bool
+    output: Any = None
+    error: str | None = None
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Allow:
+    """Run the tool; with ``input`` given, run it with that input instead (not re-validated)."""
+
+    input: Any = _UNSET
+
+    @property
+    def replaces_input(self) -> bool:
+        return self.input is not _UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Skip the tool; the model sees ``reason`` (or a default sentence) as its output."""
+
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Substitute:
+    """Skip the tool; the model sees ``output`` as its result."""
+
+    output: Any
+
+
+ToolCallDecision = Allow | Block | Substitute
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatResponseResult:
+    """A finished turn: the assistant message (possibly with no parts) and how the turn ended."""
+
+    request_id: str
+    message: UIMessage
+    status: Literal["completed", "error", "aborted"]
+    continuation: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatErrorContext:
+    request_id: str | None
+    stage: ChatErrorStage
+    messages_persisted: bool = False
+    classification: ErrorClassification | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TurnResult:
+    """What a blocking entry point returns. ``message`` is the assistant message the turn wrote, if any."""
+
+    request_id: str
+    status: TurnStatus
+    message: UIMessage | None = None
+    error: str | None = None
+    continuation: bool = False
+    output: Any = field(default=None)

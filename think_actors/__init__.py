@@ -2,6 +2,7 @@
 
 from . import testing
 from .agent import ChatStream, Think, kebab_case
+from .delegation import AgentRunResult, LocalAgentHandle, actor_tool, agent_tool
 from .chunks import (
     AbortChunk,
     AgentToolEventChunk,
@@ -71,10 +72,24 @@ from .tools import ClientToolSchema, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
 
+_RUNTIME_NAMES = ("AgentHandle", "get", "init", "shutdown", "spawn")
+
+
+def __getattr__(name: str) -> object:
+    # The runtime imports ray (~0.4 s, 75 MiB): load it when first used, so in-process use stays light.
+    if name in _RUNTIME_NAMES:
+        from . import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'think_actors' has no attribute {name!r}")
+
+
 __all__ = [
     "AbortChunk",
     "AgentCycleError",
     "AgentError",
+    "AgentHandle",
+    "AgentRunResult",
     "AgentToolEventChunk",
     "AgentUnavailableError",
     "Allow",
@@ -91,6 +106,7 @@ __all__ = [
     "FinishChunk",
     "FinishStepChunk",
     "InvalidAgentNameError",
+    "LocalAgentHandle",
     "MemoryStore",
     "MessageAccumulator",
     "ModelClient",
@@ -140,9 +156,15 @@ __all__ = [
     "UIMessage",
     "Usage",
     "__version__",
+    "actor_tool",
+    "agent_tool",
+    "get",
     "has_tool_call",
+    "init",
     "kebab_case",
     "parse_chunk",
+    "shutdown",
+    "spawn",
     "step_count_is",
     "testing",
     "tool",

@@ -36,7 +36,7 @@ from .hooks import (
 from .messages import MessagePart, ToolPart, UIMessage, new_id
 from .models import ModelClient
 from .session import Session
-from .store import LATEST, SQLiteStore, Store, agent_path, validate_agent_name
+from .store import LATEST, MemoryStore, SQLiteStore, Store, agent_path, validate_agent_name
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
@@ -149,6 +149,9 @@ class Think:
         self._queue = TurnQueue()
         self._aborts = AbortRegistry()
         self._in_response_hook = False
+        self._emitted: list[Any] = []
+        self._children: dict[str, Any] = {}
+        self._agent_runs: dict[str, Any] = {}
         self._runtime: Any = None  # set by the Ray runtime when hosted in an actor
 
     # ------------------------------------------------------------------ lifecycle hooks
@@ -244,6 +247,7 @@ class Think:
         on_client_tool_call: Callable[..., Any] | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        output: Any = None,
     ) -> ChatStream:
         """Start a streamed turn: ``async for chunk in agent.chat("hi")``.
 
@@ -252,7 +256,9 @@ class Think:
         (``async (tool_name, input, tool_call_id) -> output``) they run inline, else a call ends the turn.
         """
         TurnQueue.check_not_nested(self, "chat")
-        spec = self._spec("rpc", request_id, input=message, body=body,
+        if request_id is not None and request_id in self._aborts:
+            raise ConfigurationError(f"request id {request_id!r} is already in use by a live turn")
+        spec = self._spec("rpc", request_id, input=message, body=body, output=output,
                           client_tools=_client_tools(client_tools, on_client_tool_call))
         return ChatStream(self, spec)
 
@@ -331,7 +337,49 @@ class Think:
         if self._store is not None:
             await self._store.close()
 
+    def emit(self, chunk: Any) -> None:
+        """Put a chunk (e.g. a transient ``data-*`` chunk) into the running turn's stream, from a hook or tool.
+
+        It goes out before the next chunk of the turn. Outside a turn it is dropped.
+        """
+        if self._queue.active_request_id is not None:
+            self._emitted.append(chunk)
+
+    async def sub_agent(self, agent_class: type[Think], name: str, **options: Any) -> Any:
+        """A handle to the child agent ``name`` of class ``agent_class``, named under this agent's path.
+
+        The child has its own history, queue and store. On Ray it is its own actor; in-process it is an
+        object owned by this agent. The handle offers ``chat`` (async iterator of chunks), ``save_messages``,
+        ``get_messages``, ``cancel_chat``, ``clear`` ...
+        """
+        path = f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
+        if self._runtime is not None:
+            return await self._runtime.sub_agent(agent_class, name, path, options)
+        from .delegation import LocalAgentHandle
+
+        child = self._children.get(path)
+        if child is None:
+            store = type(self._store)() if isinstance(self._store, MemoryStore) else None
+            options.setdefault("data_dir", self.data_dir)
+            child = self._children[path] = LocalAgentHandle(agent_class(name, path=path, store=store, **options))
+        return child
+
+    async def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:
+        """Run (or re-attach to) the agent-tool run ``run_id``: its chunks, then an ``AgentRunResult``.
+
+        Idempotent by ``run_id``: a finished run returns its stored result without running again; a live run
+        is joined (its chunks so far are replayed).
+        """
+        from ._turn.agent_runs import run_as_tool
+
+        async for item in run_as_tool(self, run_id, input, output):
+            yield item
+
     # ------------------------------------------------------------------ internals used by the engine
+
+    def _take_emitted(self) -> list[Any]:
+        emitted, self._emitted = self._emitted, []
+        return emitted
 
     @property
     def store(self) -> Store:

@@ -52,6 +52,7 @@ class TurnSpec:
     body: dict[str, Any] | None = None
     client_tools: list[Tool] = field(default_factory=list)
     raise_setup_errors: bool = False  # blocking callers get the exception; streams get an error chunk
+    output: Any = None  # structured output type, unless before_turn sets one
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
 
 
@@ -139,8 +140,8 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         stop_when=tuple(cfg.stop_when or ()),
         send_reasoning=cfg.send_reasoning if cfg.send_reasoning is not None else agent.send_reasoning,
         params=params,
-        response_format=_output_format(cfg.output),
-        output_type=cfg.output,
+        response_format=_output_format(cfg.output or spec.output),
+        output_type=cfg.output or spec.output,
         headers=cfg.headers,
         timeout_s=cfg.timeout_s,
         max_retries=cfg.max_retries,
@@ -216,6 +217,10 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncIterator[A
         acc.apply(start)
         yield start
         async for chunk in steps:
+            if agent._emitted:  # chunks a hook or tool put into the stream go out first, in order
+                for extra in agent._take_emitted():
+                    acc.apply(extra)
+                    yield extra
             update = acc.apply(chunk)
             if update is not None:
                 await agent._apply_tool_update(update)

@@ -204,5 +204,6 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
         waiting = any(c.error is None and c.tool is not None and not c.tool.executable for c in calls)
         if not calls or waiting or await _stop(run):
             break
-        run.messages = [*messages, *_step_messages(text, calls, results)]
+        # Build on the turn's messages, not on ``messages``: a before_step override is for its own step only.
+        run.messages = [*run.messages, *_step_messages(text, calls, results)]
     yield FinishChunk(finish_reason=run.finish_reason)

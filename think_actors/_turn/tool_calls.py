@@ -16,7 +16,7 @@ from ..chunks import (
     ToolOutputErrorChunk,
 )
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
-from ..tools import Tool, ToolContext, ToolInputError
+from ..tools import Tool, ToolContext, ToolInputError, _jsonable
 
 if TYPE_CHECKING:
     from .run import TurnRun
@@ -115,14 +115,15 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
         if isinstance(decision, Block):
             output = decision.reason or f'Tool "{call.tool_name}" was blocked by before_tool_call.'
         elif isinstance(decision, Substitute):
-            output = decision.output
+            output = _jsonable(decision.output)
         else:
             value = decision.input if isinstance(decision, Allow) and decision.replaces_input else call.validated
             context = ToolContext(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
                                   request_id=run.request_id, agent=agent, messages=run.messages, emit=emit)
             result = agent._start_tool(tool, value, context)
             if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
-                async for output in result:
+                async for item in result:
+                    output = _jsonable(item)  # as Tool.resolve does for a scalar tool's result
                     emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
             else:
                 output = await Tool.resolve(result)

@@ -1,0 +1,121 @@
+"""Harness cost of one in-process turn against the floor: a bare asyncio loop over the same scripted stream.
+
+Workload (issue "core engine"): step 1 makes one tool call; step 2 streams N text chunks of 4 characters.
+Both sides consume the same ScriptedModel stream and call the same tool; the harness also runs every hook,
+folds chunks into the message and persists to SQLite. Turns of N=200 and N=1000 chunks give the marginal
+cost per chunk (the slope) and the fixed cost per turn (the intercept).
+
+Usage: python scripts/bench_turn.py [--turns 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import think_actors as ta  # noqa: E402
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta  # noqa: E402
+from think_actors.testing import ScriptedModel, text, tool_call  # noqa: E402
+
+SMALL, LARGE = 200, 1000
+
+
+async def lookup(city: str) -> dict[str, Any]:
+    return {"city": city, "temp_c": 21}
+
+
+def script(chunks: int) -> list[Any]:
+    return [tool_call("lookup", {"city": "Paris"}, id="call_1"), text("abcd" * chunks, chunk_size=4)]
+
+
+class BenchAgent(ta.Think):
+    instructions = "You answer weather questions."
+
+    @ta.tool
+    async def lookup(self, city: str) -> dict[str, Any]:
+        """Weather for a city."""
+        return await lookup(city)
+
+
+async def floor_turn(model: ScriptedModel) -> str:
+    """The least any harness must do: stream step 1, call the tool, stream step 2, keep the text."""
+    request = ModelRequest(model="scripted", messages=[{"role": "user", "content": "weather in Paris?"}])
+    calls: dict[int, list[str]] = {}
+    async for event in model.stream(request):
+        if isinstance(event, ToolCallDelta):
+            calls.setdefault(event.index, [event.name or "", ""])[1] += event.arguments
+    results = [await lookup(**json.loads(args)) for _, args in calls.values()]
+    texts = []
+    async for event in model.stream(request):
+        if isinstance(event, TextDelta):
+            texts.append(event.text)
+        elif isinstance(event, FinishEvent):
+            break
+    assert results
+    return "".join(texts)
+
+
+async def harness_turn(agent: BenchAgent, model: ScriptedModel) -> str:
+    result = await agent.save_messages("weather in Paris?")
+    assert result.status == "completed", result
+    return result.message.text if result.message else ""
+
+
+async def measure(kind: str, chunks: int, turns: int, data_dir: str) -> float:
+    """Median seconds per turn."""
+    times = []
+    agent = BenchAgent("bench-" + str(chunks), data_dir=data_dir)
+    for i in range(turns + 10):
+        model = ScriptedModel(script(chunks))
+        agent.model = model
+        gc.disable()
+        start = time.perf_counter()
+        out = await (floor_turn(model) if kind == "floor" else harness_turn(agent, model))
+        elapsed = time.perf_counter() - start
+        gc.enable()
+        assert len(out) == 4 * chunks
+        if i >= 10:  # warm-up turns excluded
+            times.append(elapsed)
+        if kind == "harness" and i % 50 == 49:
+            await agent.clear()  # keep the transcript (and so the request size) bounded
+    await agent.close()
+    return statistics.median(times)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as data_dir:
+        results = {}
+        for kind in ("floor", "harness"):
+            for chunks in (SMALL, LARGE):
+                results[kind, chunks] = await measure(kind, chunks, args.turns, data_dir)
+    print(f"in-process turn, tool call + N text chunks of 4 chars, median of {args.turns} turns, SQLite store")
+    rows = {}
+    for kind in ("floor", "harness"):
+        per_chunk = (results[kind, LARGE] - results[kind, SMALL]) / (LARGE - SMALL)
+        fixed = results[kind, SMALL] - SMALL * per_chunk
+        rows[kind] = (per_chunk, fixed)
+        print(f"  {kind:8s} per chunk {per_chunk * 1e6:7.2f} µs   per turn (fixed) {fixed * 1e3:7.3f} ms"
+              f"   turn with {SMALL} chunks {results[kind, SMALL] * 1e3:7.3f} ms")
+    chunk_cost = rows["harness"][0] - rows["floor"][0]
+    turn_cost = rows["harness"][1] - rows["floor"][1]
+    print(f"  harness cost over the floor: {chunk_cost * 1e6:.2f} µs per chunk (target ≤ 7), "
+          f"{turn_cost * 1e3:.3f} ms per turn (target ≤ 3)")
+    print(f"  ratios harness/floor: per chunk {rows['harness'][0] / rows['floor'][0]:.1f}x, "
+          f"per turn {rows['harness'][1] / max(rows['floor'][1], 1e-9):.1f}x")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

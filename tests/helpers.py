@@ -1,0 +1,95 @@
+"""Test helpers: an agent that records its hooks, and stream utilities."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import think_actors as ta
+
+
+class RecordingAgent(ta.Think):
+    """Records every hook call as ``(name, ctx)`` in ``self.calls``, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.calls: list[tuple[str, Any]] = []
+
+    def hooks_called(self, skip: Iterable[str] = ()) -> list[str]:
+        skipped = set(skip)
+        return [name for name, _ in self.calls if name not in skipped]
+
+    def contexts(self, name: str) -> list[Any]:
+        return [ctx for hook, ctx in self.calls if hook == name]
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        self.calls.append(("before_turn", ctx))
+        return None
+
+    async def before_step(self, ctx: ta.StepContext) -> ta.StepConfig | None:
+        self.calls.append(("before_step", ctx))
+        return None
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        self.calls.append(("on_chunk", ctx))
+
+    async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+        self.calls.append(("before_tool_call", ctx))
+        return None
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        self.calls.append(("after_tool_call", ctx))
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        self.calls.append(("on_step_finish", ctx))
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        self.calls.append(("on_chat_response", result))
+
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        self.calls.append(("on_chat_error", (error, ctx)))
+        return error
+
+
+async def drain(stream: Any) -> list[Any]:
+    """All chunks of a chat stream."""
+    return [chunk async for chunk in stream]
+
+
+def chunk_types(chunks: list[Any]) -> list[str]:
+    return [c.type for c in chunks]
+
+
+class HookedAgent(RecordingAgent):
+    """A RecordingAgent whose hooks also return something: ``turn_config`` from ``before_turn``,
+    ``step_config(ctx)`` from ``before_step`` and ``decide(ctx)`` (awaited if it returns an awaitable)
+    from ``before_tool_call``."""
+
+    def __init__(
+        self,
+        *args: Any,
+        turn_config: ta.TurnConfig | None = None,
+        step_config: Callable[[ta.StepContext], ta.StepConfig | None] | None = None,
+        decide: Callable[[ta.ToolCallContext], Any] | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.turn_config = turn_config
+        self.step_config = step_config
+        self.decide = decide
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        await super().before_turn(ctx)
+        return self.turn_config
+
+    async def before_step(self, ctx: ta.StepContext) -> ta.StepConfig | None:
+        await super().before_step(ctx)
+        return self.step_config(ctx) if self.step_config is not None else None
+
+    async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+        await super().before_tool_call(ctx)
+        if self.decide is None:
+            return None
+        decision = self.decide(ctx)
+        return await decision if inspect.isawaitable(decision) else decision

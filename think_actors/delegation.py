@@ -1,0 +1,213 @@
+"""Work handed to other agents and actors: agent tools, actor tools, and the in-process child handle.
+
+Nothing here imports Ray: an agent tool runs its child through whatever handle ``sub_agent`` returns (a Ray
+actor handle when the parent is hosted by the runtime, a ``LocalAgentHandle`` in-process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ._turn.agent_runs import AgentRunResult
+from .chunks import AgentToolEventChunk
+from .errors import ConfigurationError
+from .hooks import TurnResult
+from .messages import UIMessage
+from .tools import Tool, ToolContext, _strip_titles
+
+__all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool"]
+
+_DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"input": {"type": "string", "description": "The task for the agent, in plain words."}},
+    "required": ["input"],
+}
+
+
+class LocalAgentHandle:
+    """The handle API over an in-process agent (what ``sub_agent`` returns without Ray)."""
+
+    def __init__(self, agent: Any):
+        self.agent = agent
+        self.path: str = agent.path
+
+    def chat(self, message: Any = "", **options: Any) -> Any:
+        return self.agent.chat(message, **options)
+
+    async def save_messages(self, messages: Any, **options: Any) -> TurnResult:
+        result: TurnResult = await self.agent.save_messages(messages, **options)
+        return result
+
+    async def continue_last_turn(self, **options: Any) -> TurnResult:
+        result: TurnResult = await self.agent.continue_last_turn(**options)
+        return result
+
+    async def add_messages(self, messages: Any, **options: Any) -> None:
+        await self.agent.add_messages(messages, **options)
+
+    async def get_messages(self) -> list[UIMessage]:
+        messages: list[UIMessage] = await self.agent.load_messages()
+        return messages
+
+    async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
+        return bool(self.agent.cancel_chat(request_id, reason))
+
+    async def clear(self) -> None:
+        await self.agent.clear()
+
+    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:
+        result: AsyncIterator[Any] = self.agent.run_as_tool(run_id, input, output=output)
+        return result
+
+
+def _run_name(tool_call_id: str) -> str:
+    return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")
+
+
+def _schema_of(input_schema: Any) -> tuple[dict[str, Any], type[BaseModel] | None]:
+    if input_schema is None:
+        return _DEFAULT_INPUT_SCHEMA, None
+    if isinstance(input_schema, type) and issubclass(input_schema, BaseModel):
+        return _strip_titles(input_schema.model_json_schema()), input_schema
+    if isinstance(input_schema, dict):
+        return input_schema, None
+    raise ConfigurationError("input_schema must be a pydantic model class or a JSON schema dict")
+
+
+def agent_tool(
+    agent_class: type[Any],
+    *,
+    description: str,
+    name: str | None = None,
+    input_schema: Any = None,
+    output_schema: type[BaseModel] | None = None,
+) -> Tool:
+    """A tool whose execution runs a turn of a child agent of ``agent_class``.
+
+    The child is named under the parent's path after the tool call id, and its run id is
+    ``agent-tool:<tool call id>``, so re-running the same call re-attaches instead of starting a second turn.
+    The child's chunks reach the parent's stream as ``agent-tool-event`` chunks tagged with the child's path
+    and the parent's tool call id. The tool's output is the child's final text, or its structured output
+    validated against ``output_schema``; a failed child gives ``{"ok": False, "status", "error", ...}``.
+    Cancelling the parent's turn cancels the child's.
+    """
+    schema, validator = _schema_of(input_schema)
+    tool_name = name or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", agent_class.__name__).lower()
+
+    async def execute(value: Any, context: ToolContext) -> Any:
+        emit = context.emit or (lambda chunk: None)
+        run_id = f"agent-tool:{context.tool_call_id}"
+        child = await context.agent.sub_agent(agent_class, _run_name(context.tool_call_id))
+        if isinstance(value, BaseModel):
+            value = value.model_dump(mode="json")
+        emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id,
+                                 kind="started"))
+        result: AgentRunResult | None = None
+        sequence = 0
+        stream = child.run_as_tool(run_id, value, output=output_schema)
+        try:
+            async for item in stream:
+                if isinstance(item, AgentRunResult):
+                    result = item
+                    break
+                sequence += 1
+                emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id,
+                                         run_id=run_id, kind="chunk", sequence=sequence, chunk=item))
+        except asyncio.CancelledError:
+            # Cancellation does not cross processes by itself: tell the child to stop its run.
+            await asyncio.shield(child.cancel_chat(run_id, "parent turn cancelled"))
+            raise
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+        if result is None:
+            result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
+        kind = {"completed": "finished", "aborted": "aborted"}.get(result.status, "error")
+        emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id,
+                                 kind=kind, summary=result.summary, error=result.error))  # type: ignore[arg-type]
+        if result.status == "completed":
+            return result.output
+        return {"ok": False, "status": result.status, "error": result.error or result.status,
+                "retryable": False, "agent": child.path}
+
+    description_text = description
+    tool = Tool(tool_name, description_text, schema, validator=validator, executor=execute)
+    tool.streaming = False
+    return tool
+
+
+def _signature_validator(name: str, parameters: list[inspect.Parameter]) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    for param in parameters:
+        if param.name.startswith("_") or param.name == "self":
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, Field(default))
+    model_name = "".join(part.capitalize() for part in name.split("_")) + "Input"
+    model: type[BaseModel] = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    return model
+
+
+def actor_tool(
+    target: Any,
+    method: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    actor_class: type[Any] | None = None,
+    namespace: str | None = None,
+) -> Tool:
+    """A tool that runs as ``method`` of a Ray actor: ``target`` is an actor handle or a named actor's name.
+
+    The schema comes from the method's signature (from the handle, or from ``actor_class`` when ``target`` is
+    a name) and its docstring is the description. Hooks wrap it like any tool: a blocked or substituted call
+    never reaches the actor.
+    """
+    from .tools import _parse_docstring
+
+    parameters: list[inspect.Parameter] | None = None
+    doc: str | None = None
+    cls = actor_class
+    if cls is not None:
+        cls = getattr(cls, "__ray_actor_class__", None) or getattr(cls, "_ray_actor_class", None) or cls
+        fn = getattr(getattr(cls, "__ray_metadata__", None), "modified_class", cls)
+        func = getattr(fn, method, None) or getattr(cls, method, None)
+        if func is None:
+            raise ConfigurationError(f"{cls!r} has no method {method!r}")
+        parameters = list(inspect.signature(func).parameters.values())
+        doc = func.__doc__
+    elif not isinstance(target, str):
+        signatures = getattr(target, "_ray_method_signatures", None)
+        if not signatures or method not in signatures:
+            raise ConfigurationError(f"actor has no method {method!r}")
+        parameters = list(signatures[method])
+    else:
+        raise ConfigurationError("actor_tool with an actor name needs actor_class= to read the method's signature")
+    tool_name = name or method
+    validator = _signature_validator(tool_name, parameters)
+    described, _ = _parse_docstring(doc)
+
+    async def execute(value: Any, context: ToolContext) -> Any:
+        kwargs = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+        runtime = context.agent._runtime
+        if runtime is None:
+            from .runtime import call_actor_method
+
+            return await call_actor_method(target, method, kwargs, namespace)
+        return await runtime.call_actor_method(target, method, kwargs, namespace)
+
+    return Tool(tool_name, description or described or f"Calls {method} on an actor.",
+                _strip_titles(validator.model_json_schema()), validator=validator, executor=execute)
+
+
+Executor = Callable[[Any, ToolContext], Any]

@@ -1,0 +1,524 @@
+"""The Ray runtime: every agent a named async actor; parents stream children; tools on other actors.
+
+The only module that imports ``ray``. Rules it keeps (see stack-notes): a Ray stream item costs ~400 µs
+whatever its size, so streams carry batches of chunks; agent actors never import litellm (string model ids
+are served by a per-node pool of model actors); errors are unwrapped from ``RayTaskError`` so callers catch
+the project's own classes; a call cycle A -> B -> A fails fast instead of hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+from ._turn import chain
+from .agent import Think, kebab_case
+from .errors import AgentCycleError, AgentUnavailableError, ConfigurationError
+from .hooks import TurnResult
+from .messages import UIMessage
+from .models import ModelRequest, set_model_resolver
+from .store import agent_path
+from .tools import Tool, ToolContext
+
+__all__ = ["AgentHandle", "RuntimeConfig", "get", "init", "is_initialized", "shutdown", "spawn"]
+
+log = logging.getLogger("think_actors")
+
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuntimeConfig:
+    """How agent actors are created; shipped to every actor that creates more actors."""
+
+    namespace: str = "think_actors"
+    data_dir: str = ""
+    model_pool_size: int = 2
+    max_restarts: int = 3
+    batch_max: int = 256
+    flush_s: float = 0.003
+    log_level: int = logging.WARNING
+
+
+_config: RuntimeConfig | None = None
+
+
+def _unwrap(err: BaseException) -> BaseException:
+    """The project's error inside a Ray error (the same class, the same fields), else a clear one."""
+    if isinstance(err, RayTaskError):
+        cause = err.cause
+        if isinstance(cause, BaseException):
+            return _unwrap(cause)
+    if isinstance(err, ActorDiedError | ActorUnavailableError | RayActorError):
+        return AgentUnavailableError(f"agent actor unavailable: {err}", retryable=True)
+    return err
+
+
+def _process_setup(config: RuntimeConfig) -> None:
+    """Per-process set-up inside actors: config, quiet logs, string model ids served by the pool."""
+    global _config
+    _config = config
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    logging.getLogger("think_actors").setLevel(config.log_level)
+    set_model_resolver(_PoolResolver(config))
+
+
+def init(
+    address: str | None = None,
+    *,
+    namespace: str = "think_actors",
+    data_dir: str | None = None,
+    num_cpus: int | None = None,
+    model_pool_size: int = 2,
+    max_restarts: int = 3,
+    quiet: bool = True,
+    **ray_kwargs: Any,
+) -> RuntimeConfig:
+    """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
+
+    ``data_dir`` is where agents' SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
+    Calling it again returns the same config.
+    """
+    global _config
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    resolved_dir = os.path.abspath(data_dir or os.environ.get("THINK_ACTORS_DATA_DIR") or ".think_actors")
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {
+            "address": address or "local",
+            "namespace": namespace,
+            "include_dashboard": False,
+            "log_to_driver": not quiet,
+            "logging_level": logging.ERROR if quiet else logging.INFO,
+        }
+        if kwargs["address"] == "local":
+            kwargs["num_cpus"] = num_cpus
+            # Workers import agent classes by module name: give them the driver's import path.
+            paths = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
+            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+                                                  "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                                                  "THINK_ACTORS_DATA_DIR": resolved_dir}}
+        kwargs.update(ray_kwargs)
+        ray.init(**kwargs)
+    _config = RuntimeConfig(namespace=namespace, data_dir=resolved_dir, model_pool_size=model_pool_size,
+                            max_restarts=max_restarts,
+                            log_level=logging.WARNING if quiet else logging.INFO)
+    return _config
+
+
+def is_initialized() -> bool:
+    return _config is not None and ray.is_initialized()
+
+
+def shutdown() -> None:
+    """Disconnect from Ray (a local cluster started by ``init`` stops with it)."""
+    global _config
+    _config = None
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _require_config() -> RuntimeConfig:
+    if _config is None:
+        if ray.is_initialized():
+            return init()
+        raise ConfigurationError("think_actors runtime is not started: call ta.init() first")
+    return _config
+
+
+def _actor_options(config: RuntimeConfig, path: str) -> dict[str, Any]:
+    return {
+        "name": path,
+        "namespace": config.namespace,
+        "get_if_exists": True,
+        "lifetime": "detached",  # a child outlives a restarting parent; re-attach finds it by name
+        "max_restarts": config.max_restarts,
+        "max_task_retries": 0,  # turns are not idempotent: never re-run one behind the caller's back
+        "num_cpus": 0,  # agents wait on models and children; they do not compute
+        "max_concurrency": 1000,  # cancel_chat and reads must get through while a turn runs
+    }
+
+
+async def _spawn_path(agent_class: type[Think], name: str, path: str, options: dict[str, Any],
+                      config: RuntimeConfig) -> AgentHandle:
+    if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
+        raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
+    options = dict(options)
+    options.setdefault("data_dir", config.data_dir)
+    actor = AgentHost.options(**_actor_options(config, path)).remote(agent_class, name, path, options, config)
+    handle = AgentHandle(actor, path, agent_class.__name__)
+    await handle._ready()
+    return handle
+
+
+async def spawn(agent_class: type[Think], name: str, **options: Any) -> AgentHandle:
+    """Get or create the agent ``name`` of ``agent_class`` as a named actor; its history loads from its store.
+
+    ``options`` go to the class's constructor (``model=``, ``instructions=``, ``data_dir=`` ...) when the actor
+    is created; an existing actor is returned as it is.
+    """
+    config = _require_config()
+    return await _spawn_path(agent_class, name, agent_path(kebab_case(agent_class.__name__), name), options, config)
+
+
+async def get(agent_class: type[Think], name: str) -> AgentHandle:
+    """The existing agent ``name`` of ``agent_class``; AgentUnavailableError if there is none."""
+    config = _require_config()
+    path = agent_path(kebab_case(agent_class.__name__), name)
+    try:
+        actor = ray.get_actor(path, namespace=config.namespace)
+    except ValueError:
+        raise AgentUnavailableError(f"no agent {path!r} in namespace {config.namespace!r}", agent=path) from None
+    return AgentHandle(actor, path, agent_class.__name__)
+
+
+class RemoteStream:
+    """Chunks of a streamed remote call, unbatched. Closing it early cancels the remote turn."""
+
+    def __init__(self, generator: Any, request_id: str | None = None):
+        self.request_id = request_id
+        self._generator = generator
+        self._buffer: list[Any] = []
+        self._index = 0
+        self._done = False
+
+    def __aiter__(self) -> RemoteStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        while self._index >= len(self._buffer):
+            if self._done:
+                raise StopAsyncIteration
+            try:
+                ref = await self._generator.__anext__()
+                self._buffer = await ref
+            except StopAsyncIteration:
+                self._done = True
+                raise
+            except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+                self._done = True
+                raise _unwrap(err) from None
+            self._index = 0
+        item = self._buffer[self._index]
+        self._index += 1
+        return item
+
+    async def aclose(self) -> None:
+        if not self._done:
+            self._done = True
+            ray.cancel(self._generator)
+
+    async def collect(self) -> list[Any]:
+        return [item async for item in self]
+
+
+async def _call(ref: Any) -> Any:
+    try:
+        return await ref
+    except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+        raise _unwrap(err) from None
+
+
+class AgentHandle:
+    """A handle to an agent actor, with the engine's entry points. Picklable: pass it to other actors."""
+
+    def __init__(self, actor: Any, path: str, class_name: str):
+        self._actor = actor
+        self.path = path
+        self.class_name = class_name
+
+    def __repr__(self) -> str:
+        return f"AgentHandle({self.class_name}, {self.path!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AgentHandle, (self._actor, self.path, self.class_name))
+
+    async def _ready(self) -> dict[str, Any]:
+        info: dict[str, Any] = await _call(self._actor.ready.remote())
+        return info
+
+    async def info(self) -> dict[str, Any]:
+        """``{"path", "pid", "node_id", "messages"}`` of the live actor."""
+        return await self._ready()
+
+    def chat(self, message: Any = "", *, client_tools: Any = None, body: dict[str, Any] | None = None,
+             request_id: str | None = None, output: Any = None, on_client_tool_call: Any = None) -> RemoteStream:
+        """Stream a turn of the agent (chunks arrive in batches and are unbatched here)."""
+        if on_client_tool_call is not None:
+            raise ConfigurationError("on_client_tool_call runs in the caller's process; it cannot cross actors")
+        from .messages import new_id
+
+        request_id = request_id or new_id()
+        generator = self._actor.chat.options(num_returns="streaming").remote(
+            message, {"client_tools": client_tools, "body": body, "request_id": request_id, "output": output},
+            chain.CHAIN.get())
+        return RemoteStream(generator, request_id)
+
+    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
+        generator = self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output,
+                                                                                      chain.CHAIN.get())
+        return RemoteStream(generator, run_id)
+
+    async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
+        result: TurnResult = await _call(self._actor.save_messages.remote(messages, body, chain.CHAIN.get()))
+        return result
+
+    async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
+        result: TurnResult = await _call(self._actor.continue_last_turn.remote(body, chain.CHAIN.get()))
+        return result
+
+    async def add_messages(self, messages: Any, **options: Any) -> None:
+        await _call(self._actor.add_messages.remote(messages, options))
+
+    async def get_messages(self) -> list[UIMessage]:
+        messages: list[UIMessage] = await _call(self._actor.get_messages.remote())
+        return messages
+
+    async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
+        return bool(await _call(self._actor.cancel_chat.remote(request_id, reason)))
+
+    async def clear(self) -> None:
+        await _call(self._actor.clear.remote())
+
+    async def kill(self, *, restart: bool = True) -> None:
+        """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history)."""
+        ray.kill(self._actor, no_restart=not restart)
+
+
+class _Failure:
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_END = object()
+
+
+async def _batches(source: AsyncIterator[Any], config: RuntimeConfig) -> AsyncIterator[list[Any]]:
+    """Re-yield ``source`` as lists: whatever is ready, plus what arrives within ``flush_s``, up to a count."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump() -> None:
+        count = 0
+        try:
+            async for item in source:
+                queue.put_nowait(item)
+                count += 1
+                if count == 1 or count % 64 == 0:
+                    await asyncio.sleep(0)  # let the first batch leave early (time to first chunk)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as err:  # delivered in order, after the chunks before it
+            queue.put_nowait(_Failure(err))
+        finally:
+            queue.put_nowait(_END)
+
+    task = asyncio.ensure_future(pump())
+    done = False
+    first = True
+    try:
+        while not done:
+            batch: list[Any] = []
+            item = await queue.get()
+            started = time.monotonic()
+            while True:
+                if item is _END:
+                    done = True
+                    break
+                if isinstance(item, _Failure):
+                    if batch:
+                        yield batch
+                    raise item.error
+                batch.append(item)
+                if len(batch) >= config.batch_max:
+                    break
+                if not queue.empty():
+                    item = queue.get_nowait()
+                    continue
+                remaining = config.flush_s - (time.monotonic() - started)
+                if remaining <= 0 or first:  # the first batch never waits: time to first chunk
+                    break
+                try:
+                    item = await asyncio.wait_for(queue.get(), remaining)
+                except TimeoutError:
+                    break
+            if batch:
+                first = False
+                yield batch
+    finally:
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
+    if path in callers:
+        cycle = [*callers[callers.index(path):], path]
+        raise AgentCycleError(f"agent call cycle: {' -> '.join(cycle)} (an agent waits for itself)",
+                              agent=path, cycle=cycle)
+
+
+@ray.remote
+class AgentHost:
+    """Hosts one Think agent in an async actor."""
+
+    def __init__(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any],
+                 config: RuntimeConfig):
+        _process_setup(config)
+        self.config = config
+        self.agent = agent_class(name, path=path, **options)
+        self.agent._runtime = _ActorRuntime(self.agent, config)
+        self.path = path
+
+    async def ready(self) -> dict[str, Any]:
+        await self.agent._ensure_started()
+        return {"path": self.path, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
+                "messages": len(self.agent._messages)}
+
+    async def chat(self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+        _check_cycle(self.path, caller_chain)
+        await self.agent._ensure_started()
+        chain.CHAIN.set((*caller_chain, self.path))
+        stream = self.agent.chat(message, **options)
+        async for batch in _batches(stream.__aiter__(), self.config):
+            yield batch
+
+    async def run_as_tool(self, run_id: str, input: Any, output: Any,
+                          caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+        _check_cycle(self.path, caller_chain)
+        chain.CHAIN.set((*caller_chain, self.path))
+        async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
+            yield batch
+
+    async def save_messages(self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
+        _check_cycle(self.path, caller_chain)
+        chain.CHAIN.set((*caller_chain, self.path))
+        return await self.agent.save_messages(messages, body=body)
+
+    async def continue_last_turn(self, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
+        _check_cycle(self.path, caller_chain)
+        chain.CHAIN.set((*caller_chain, self.path))
+        return await self.agent.continue_last_turn(body=body)
+
+    async def add_messages(self, messages: Any, options: dict[str, Any]) -> None:
+        await self.agent.add_messages(messages, **options)
+
+    async def get_messages(self) -> list[UIMessage]:
+        return await self.agent.load_messages()
+
+    async def cancel_chat(self, request_id: str, reason: str | None) -> bool:
+        return self.agent.cancel_chat(request_id, reason)
+
+    async def clear(self) -> None:
+        await self.agent.clear()
+
+
+class _ActorRuntime:
+    """What an agent hosted in an actor uses to reach other actors (set as ``agent._runtime``)."""
+
+    def __init__(self, agent: Think, config: RuntimeConfig):
+        self.agent = agent
+        self.config = config
+        self._task_functions: dict[int, Any] = {}
+
+    async def sub_agent(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any]) -> AgentHandle:
+        return await _spawn_path(agent_class, name, path, options, self.config)
+
+    async def call_actor_method(self, target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
+        return await call_actor_method(target, method, kwargs, namespace or self.config.namespace)
+
+    def run_task_tool(self, tool: Tool, value: Any, context: ToolContext) -> Any:
+        fn = tool.fn
+        if fn is None or inspect.ismethod(fn) or tool.context_param:
+            raise ConfigurationError(
+                f"tool {tool.name!r} has Ray resources, so it runs as a task: make it a module-level function "
+                "without a ToolContext parameter")
+        kwargs = {k: getattr(value, k) for k in type(value).model_fields} if hasattr(value, "model_fields") else value
+        remote = self._task_functions.get(id(tool))
+        if remote is None:
+            remote = self._task_functions[id(tool)] = ray.remote(_run_tool_task).options(**tool.remote or {})
+        return _call(remote.remote(fn, kwargs))
+
+
+def _run_tool_task(fn: Any, kwargs: dict[str, Any]) -> Any:
+    result = fn(**kwargs)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
+    return result
+
+
+async def call_actor_method(target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
+    """Call ``method`` of an actor handle or named actor and await it, unwrapping Ray errors."""
+    actor = target
+    if isinstance(target, str):
+        try:
+            actor = ray.get_actor(target, namespace=namespace or _require_config().namespace)
+        except ValueError:
+            raise AgentUnavailableError(f"no actor named {target!r}", agent=target) from None
+    return await _call(getattr(actor, method).remote(**kwargs))
+
+
+@ray.remote(num_cpus=0, max_concurrency=100)
+class ModelServer:
+    """Serves litellm model calls for the agents of one node (they never import litellm themselves)."""
+
+    def __init__(self, config: RuntimeConfig):
+        from .models.litellm import LiteLLMClient
+
+        self.config = config
+        self.client = LiteLLMClient()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[list[Any]]:
+        async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
+            yield batch
+
+
+class _PooledModel:
+    """A ModelClient that streams from a model-server actor on this node."""
+
+    def __init__(self, servers: list[Any]):
+        self._servers = servers
+        self._next = 0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        server = self._servers[self._next % len(self._servers)]
+        self._next += 1
+        remote = RemoteStream(server.stream.options(num_returns="streaming").remote(request))
+        try:
+            async for event in remote:
+                yield event
+        finally:
+            await remote.aclose()
+
+
+class _PoolResolver:
+    def __init__(self, config: RuntimeConfig):
+        self.config = config
+        self._client: _PooledModel | None = None
+
+    def __call__(self, model_id: str) -> _PooledModel:
+        if self._client is None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            node = ray.get_runtime_context().get_node_id()
+            servers = [
+                ModelServer.options(
+                    name=f"think_actors/model-server/{node}/{i}", namespace=self.config.namespace,
+                    get_if_exists=True, lifetime="detached",
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+                ).remote(self.config)
+                for i in range(max(1, self.config.model_pool_size))
+            ]
+            self._client = _PooledModel(servers)
+        return self._client
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Tag, TypeAdapter
+from pydantic import Discriminator, Tag, TypeAdapter, field_validator
 
 from .messages import (
     SETTLED_STATES,
@@ -69,6 +69,12 @@ class StartChunk(WireModel):
 
 class StartStepChunk(WireModel):
     type: Literal["start-step"] = "start-step"
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _alias(cls, value: Any) -> Any:
+        # The AI SDK's older "step-start" name, in JSON text and nested chunks too (not only parse_chunk's dicts).
+        return "start-step" if value == "step-start" else value
 
 
 class TextStartChunk(WireModel):
@@ -240,6 +246,8 @@ class AgentToolEventChunk(WireModel):
 
 def _chunk_tag(value: Any) -> str:
     kind = value.get("type", "") if isinstance(value, dict) else getattr(value, "type", "")
+    if not isinstance(kind, str):  # a malformed frame must fail validation, not crash the discriminator
+        return ""
     if kind.startswith("data-"):
         return "data"
     if kind == "step-start":  # the AI SDK's older alias

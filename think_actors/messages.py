@@ -147,6 +147,8 @@ class DataPart(WireModel):
 
 def _part_tag(value: Any) -> str:
     kind = value.get("type", "") if isinstance(value, dict) else getattr(value, "type", "")
+    if not isinstance(kind, str):  # a malformed part must fail validation, not crash the discriminator
+        return ""
     if kind.startswith("tool-") or kind == "dynamic-tool":
         return "tool"
     if kind.startswith("data-"):

@@ -165,6 +165,7 @@ async def turn_stream(agent: Think, spec: TurnSpec) -> AsyncIterator[Any]:
     outcome = spec.outcome
     try:
         async with agent._queue.slot(agent, spec.request_id):
+            await agent._ensure_started()  # chat() streams come here without a blocking entry point's start
             if agent._queue.generation != spec.generation:
                 outcome.status = "skipped"
                 return

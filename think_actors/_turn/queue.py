@@ -5,13 +5,30 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from ..errors import NestedTurnError
 
-# The agents whose turn body the current task (or a task it spawned) is inside of. A blocking admission
-# into one of them would wait for the slot its own caller holds, forever.
-_inside: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("think_actors_inside_turn", default=frozenset())
+
+class _Held:
+    """One held turn slot. A chat stream is an async generator, so it marks the context of whoever iterates it;
+    closed from another task (or by the garbage collector) it cannot unset that mark, so a mark only counts
+    while its slot is ``live``."""
+
+    __slots__ = ("live", "owner_id")
+
+    def __init__(self, owner_id: int) -> None:
+        self.owner_id = owner_id
+        self.live = True
+
+
+# The turn slots whose body the current task (or a task it spawned) is inside of. A blocking admission
+# into one of their agents would wait for the slot its own caller holds, forever.
+_inside: contextvars.ContextVar[tuple[_Held, ...]] = contextvars.ContextVar("think_actors_inside_turn", default=())
+
+
+def _holds(owner: object) -> bool:
+    return any(held.live and held.owner_id == id(owner) for held in _inside.get())
 
 
 class TurnQueue:
@@ -43,7 +60,7 @@ class TurnQueue:
     @staticmethod
     def check_not_nested(owner: object, trigger: str) -> None:
         """Raise NestedTurnError when called from inside a turn of ``owner``."""
-        if id(owner) in _inside.get():
+        if _holds(owner):
             raise NestedTurnError(
                 f"Think turn admission ({trigger}) cannot be called from inside an active turn; "
                 "use submit_messages() or add_messages() instead",
@@ -52,7 +69,7 @@ class TurnQueue:
 
     @staticmethod
     def inside(owner: object) -> bool:
-        return id(owner) in _inside.get()
+        return _holds(owner)
 
     @asynccontextmanager
     async def slot(self, owner: object, request_id: str) -> AsyncIterator[None]:
@@ -62,14 +79,17 @@ class TurnQueue:
             await self._lock.acquire()
         finally:
             self._waiting -= 1
-        token = _inside.set(_inside.get() | {id(owner)})
+        held = _Held(id(owner))
+        token = _inside.set((*(h for h in _inside.get() if h.live), held))
         self.active_request_id = request_id
         try:
             yield
         finally:
+            held.live = False
             self.active_request_id = None
-            _inside.reset(token)
             self._lock.release()
+            with suppress(ValueError):  # closed from another task's context: that context keeps a dead mark
+                _inside.reset(token)
 
     async def wait_idle(self) -> None:
         """Wait until no turn runs or waits."""

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 from think_actors.errors import (
@@ -53,8 +53,9 @@ from think_actors.models import (
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_LOG", "ERROR")
 
-import litellm  # noqa: E402
-import openai  # noqa: E402  # litellm's exceptions subclass the openai SDK's; checking the base covers both
+import litellm
+import openai  # litellm's exceptions subclass the openai SDK's, so checking the base class covers both
+from litellm.exceptions import ContextWindowExceededError, MidStreamFallbackError
 
 litellm.suppress_debug_info = True
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
@@ -89,8 +90,11 @@ class LiteLLMClient:
     def __repr__(self) -> str:
         return f"LiteLLMClient(api_base={self._defaults.get('api_base')!r})"
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
         """Stream one request: text, reasoning and tool-call deltas, then exactly one ``FinishEvent``.
+
+        Closing the generator early (``aclose``, or ``break`` inside ``contextlib.aclosing``) closes the HTTP
+        response at once instead of leaving it to garbage collection.
 
         Raises:
             ModelError: a subclass for every provider failure, at the call or mid-stream, with ``provider``,
@@ -222,17 +226,17 @@ def _to_model_error(exc: Exception, provider: str | None, *, mid_stream: bool = 
         event = _error_event(exc)
         if event is not None:
             return _error_event_to_model_error(event, provider)
-    if isinstance(exc, litellm.MidStreamFallbackError):
+    if isinstance(exc, MidStreamFallbackError):
         # A wrapper litellm adds so its Router can fall back; what failed is the exception inside.
         original = exc.original_exception
-        if isinstance(original, Exception) and not isinstance(original, litellm.MidStreamFallbackError):
+        if isinstance(original, Exception) and not isinstance(original, MidStreamFallbackError):
             return _to_model_error(original, provider, mid_stream=True)
         return ModelConnectionError(
             f"stream cut before it finished: {_message(exc)}", provider=provider, retryable=True
         )
     message = _message(exc)
     status = _status(exc)
-    if isinstance(exc, litellm.ContextWindowExceededError) or (
+    if isinstance(exc, ContextWindowExceededError) or (
         isinstance(exc, openai.BadRequestError) and _CONTEXT_OVERFLOW.search(message)
     ):
         return ContextOverflowError(message, provider=provider, status_code=status)
@@ -275,7 +279,8 @@ def _error_event_to_model_error(event: openai.APIError, provider: str | None) ->
 
 def _linked(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and every exception reachable from it through ``original_exception``, cause and context."""
-    pending, seen = [exc], set()
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
     while pending and len(seen) < 32:
         current = pending.pop(0)
         if id(current) in seen:

@@ -84,9 +84,9 @@ _Entry = _Reply | _ErrorReply | _BrokenStream
 class ScriptedOpenAIServer:
     """An OpenAI-compatible HTTP server on 127.0.0.1 that answers each request with the next scripted entry.
 
-    ``requests`` holds every request body in arrival order and ``request_headers`` the matching headers, so a
-    test can assert exactly what the client sent. When the script runs out the server answers 500 with a message
-    saying so, and ``assert_complete`` fails.
+    ``requests`` holds every request body in arrival order and ``request_headers`` the matching headers (names
+    lowercased, since clients differ in case), so a test can assert exactly what the client sent. When the script
+    runs out the server answers 500 with a message saying so, and ``assert_complete`` fails.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
@@ -204,6 +204,7 @@ class ScriptedOpenAIServer:
 
     async def start(self) -> None:
         """Listen on an ephemeral port."""
+        self._stopping.clear()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
         # A short shutdown timeout: a client that stopped reading must not hold up the test's teardown.
@@ -232,9 +233,15 @@ class ScriptedOpenAIServer:
     # -- HTTP -----------------------------------------------------------------------------------------------------
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        body: dict[str, Any] = await request.json()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            error = {"message": "request body must be a JSON object", "type": "invalid_request_error", "code": None}
+            return _error_response(400, error)
         self.requests.append(body)
-        self.request_headers.append(dict(request.headers))
+        self.request_headers.append({name.lower(): value for name, value in request.headers.items()})
         if not self._script:
             self._exhausted_requests += 1
             message = (
@@ -327,14 +334,15 @@ class _ChunkMaker:
     """Builds ``chat.completion.chunk`` objects that share one id and timestamp, as a real stream does."""
 
     def __init__(self) -> None:
-        self._base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": int(time.time())}
+        created = int(time.time())
+        self._base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": created, "model": _MODEL}
 
     def __call__(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return {**self._base, "model": _MODEL, "choices": [choice]}
+        return {**self._base, "choices": [choice]}
 
     def usage_chunk(self, usage: dict[str, Any]) -> dict[str, Any]:
-        return {**self._base, "model": _MODEL, "choices": [], "usage": usage}
+        return {**self._base, "choices": [], "usage": usage}
 
 
 async def _send(response: web.StreamResponse, payload: dict[str, Any]) -> None:

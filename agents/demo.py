@@ -1,0 +1,166 @@
+"""The multi-agent demo: a lead fans out to researchers in parallel on Ray; researchers use a tool actor.
+
+    python -m agents.demo                       # local Ray, scripted model
+    python -m agents.demo --model openai/gpt-4o-mini "Compare Ray actors and asyncio"
+    python -m agents.demo --address auto        # against a running cluster (scripts/start_cluster.sh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections import defaultdict
+from typing import Any
+
+QUESTION = "Compare Ray actors and asyncio for serving many agents"
+
+
+class Renderer:
+    """Prints the stream readably: text tagged by agent, tool calls and results, hook events."""
+
+    COLORS = ["\033[36m", "\033[33m", "\033[35m", "\033[32m", "\033[34m", "\033[91m"]
+
+    def __init__(self, color: bool):
+        self.color = color
+        self.line_owner: str | None = None
+        self.palette: dict[str, str] = {}
+        self.agents: set[str] = set()
+        self.turns = 0
+        self.tool_calls = 0
+        self.tokens = 0
+
+    def _tag(self, agent: str) -> str:
+        if not self.color:
+            return f"[{agent}]"
+        color = self.palette.setdefault(agent, self.COLORS[len(self.palette) % len(self.COLORS)])
+        return f"{color}[{agent}]\033[0m"
+
+    def _dim(self, text: str) -> str:
+        return f"\033[2m{text}\033[0m" if self.color else text
+
+    def _line(self, agent: str, text: str) -> None:
+        self._end_text()
+        print(f"{self._tag(agent)} {text}", flush=True)
+
+    def _end_text(self) -> None:
+        if self.line_owner is not None:
+            print(flush=True)
+            self.line_owner = None
+
+    def _text(self, agent: str, delta: str) -> None:
+        if self.line_owner != agent:
+            self._end_text()
+            print(f"{self._tag(agent)} ", end="")
+            self.line_owner = agent
+        print(delta.replace("\n", "\n" + " " * (len(agent) + 3)), end="", flush=True)
+
+    def show(self, agent: str, chunk: Any) -> None:
+        self.agents.add(agent)
+        kind = chunk.type
+        if kind == "agent-tool-event":
+            if chunk.kind == "chunk" and chunk.chunk is not None:
+                self.show(chunk.agent, chunk.chunk)
+            elif chunk.kind == "started":
+                self._line(agent, f"→ started child {chunk.agent}")
+            else:
+                self._line(chunk.agent, self._dim(f"■ {chunk.kind}"))
+        elif kind == "start":
+            self.turns += 1
+        elif kind == "text-delta":
+            self._text(agent, chunk.delta)
+        elif kind == "tool-input-available":
+            self.tool_calls += 1
+            self._line(agent, f"⚙ {chunk.tool_name}({_short(chunk.input)})")
+        elif kind == "tool-output-available" and not chunk.preliminary:
+            self._line(agent, f"✓ result {_short(chunk.output)}")
+        elif kind in ("tool-output-error", "tool-input-error"):
+            self._line(agent, f"✗ tool error: {chunk.error_text}")
+        elif kind == "data-hook":
+            data = dict(chunk.data)
+            hook = data.pop("hook")
+            data.pop("agent", None)
+            self.tokens += data.get("tokens", 0) if hook == "on_step_finish" else 0
+            self._line(agent, self._dim(f"· {hook} {_short(data, 90)}"))
+        elif kind == "error":
+            self._line(agent, f"✗ error: {chunk.error_text}")
+        elif kind == "abort":
+            self._line(agent, "✗ aborted")
+
+    def finish(self) -> None:
+        self._end_text()
+
+
+def _short(value: Any, limit: int = 70) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def run(args: argparse.Namespace) -> int:
+    import ray
+
+    import think_actors as ta
+
+    from .library import LibraryService
+    from .team import LIBRARY_ACTOR, Lead
+
+    started = time.perf_counter()
+    config = ta.init(args.address, data_dir=args.data_dir, quiet=not args.verbose)
+    library = LibraryService.options(name=LIBRARY_ACTOR, namespace=config.namespace, get_if_exists=True,
+                                     lifetime="detached").remote()
+    lead = await ta.spawn(Lead, args.name)
+    ready_s = time.perf_counter() - started
+    model = args.model or "scripted team model"
+    print(f"think_actors demo — Ray ready in {ready_s:.1f}s, model: {model}\n", flush=True)
+    renderer = Renderer(color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    print(f"{renderer._tag('you')} {args.question}", flush=True)
+    turn_started = time.perf_counter()
+    status = "completed"
+    async for chunk in lead.chat(args.question):
+        if chunk.type in ("error", "abort"):
+            status = chunk.type
+        renderer.show(lead.path, chunk)
+    renderer.finish()
+    wall = time.perf_counter() - turn_started
+    stats = await library.stats.remote()
+    actors = [a for a in ray.util.list_named_actors(all_namespaces=True)
+              if a.get("namespace") == config.namespace] if hasattr(ray.util, "list_named_actors") else []
+    children = sorted(a for a in renderer.agents if a != lead.path)
+    print("\n── summary " + "─" * 50)
+    print(f"  status       {status}")
+    print(f"  agents       {len(renderer.agents)} ({lead.path} + {len(children)} researchers)")
+    print(f"  actors       {len(actors)} named in namespace {config.namespace!r} "
+          f"(agents, the library, model servers)")
+    print(f"  turns        {renderer.turns}")
+    print(f"  tool calls   {renderer.tool_calls} (library searches served: {stats['searches']})")
+    print(f"  tokens       {renderer.tokens}" + (" (estimated by the scripted model)" if not args.model else ""))
+    print(f"  wall time    {wall:.2f}s for the turn, {time.perf_counter() - started:.1f}s in all")
+    per_agent: dict[str, int] = defaultdict(int)
+    for agent in renderer.agents:
+        per_agent[agent] += 1
+    if args.address is None:
+        ta.shutdown()
+    return 0 if status == "completed" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("question", nargs="?", default=QUESTION)
+    parser.add_argument("--model", help="a litellm model id for every agent (default: the scripted model)")
+    parser.add_argument("--address", help="Ray address to join (e.g. auto); default: start local Ray")
+    parser.add_argument("--name", default=None, help="the lead agent's name (default: a fresh one per run)")
+    parser.add_argument("--data-dir", default=None, help="where agents' SQLite stores live")
+    parser.add_argument("--verbose", action="store_true", help="show Ray's logs")
+    args = parser.parse_args(argv)
+    if args.model:
+        os.environ["THINK_ACTORS_DEMO_MODEL"] = args.model  # read by agents/team.py in every actor
+    if args.name is None:
+        args.name = "team-" + time.strftime("%Y%m%d-%H%M%S")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,782 @@
+"""Aborting turns (cancel_chat, closing the stream, task cancellation, clear) and what each outcome persists."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import RecordingAgent, chunk_types, drain
+
+import think_actors as ta
+from think_actors.testing import ScriptedModel, delay, step, text, tool_call
+
+INTERRUPTED_TEXT = "The tool call was interrupted before a result was recorded."
+WAIT_S = 5.0
+SLOW_S = 5.0  # a scripted pause long enough that only an abort ends it in time
+FAST_S = 2.0  # an abort must end the turn well within SLOW_S
+
+
+def make_agent(model: Any, **kwargs: Any) -> RecordingAgent:
+    kwargs.setdefault("store", ta.MemoryStore())
+    return RecordingAgent(model=model, **kwargs)
+
+
+def transcript(agent: ta.Think) -> list[tuple[str, str]]:
+    return [(m.role, m.text) for m in agent.get_messages()]
+
+
+def slow_reply() -> ta.testing.Step:
+    """``Hello `` then a long pause then ``world``: the turn sits in the model stream after the first delta."""
+    return step(text("Hello "), delay(SLOW_S), text("world"))
+
+
+async def consume_until(stream: Any, chunk_type: str, seen: asyncio.Event, chunks: list[Any]) -> None:
+    """Read ``stream`` into ``chunks``, setting ``seen`` when a ``chunk_type`` chunk arrives."""
+    async for chunk in stream:
+        chunks.append(chunk)
+        if chunk.type == chunk_type:
+            seen.set()
+
+
+# ---------------------------------------------------------------------------------------------- cancel_chat
+
+
+async def test_cancel_chat_while_the_model_streams_ends_with_an_abort_chunk() -> None:
+    model = ScriptedModel([slow_reply()])
+    agent = make_agent(model)
+    stream = agent.chat("hi")
+    chunks: list[Any] = []
+    seen = asyncio.Event()
+    consumer = asyncio.create_task(consume_until(stream, "text-delta", seen, chunks))
+    await asyncio.wait_for(seen.wait(), WAIT_S)
+
+    started = time.monotonic()
+    assert agent.cancel_chat(stream.request_id, "user pressed stop") is True
+    await asyncio.wait_for(consumer, WAIT_S)
+
+    assert time.monotonic() - started < FAST_S
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "abort"]
+    assert chunks[-1].reason == "user pressed stop"
+    assert stream.status == "aborted"
+    messages = agent.get_messages()
+    assert [(m.role, m.text) for m in messages] == [("user", "hi"), ("assistant", "Hello ")]
+    assert messages[1].id == chunks[0].message_id
+    assert await agent.store.load_messages() == messages
+    response = agent.contexts("on_chat_response")[0]
+    assert response.status == "aborted"
+    assert response.request_id == stream.request_id
+    assert response.message == messages[1]
+    assert "on_chat_error" not in agent.hooks_called()
+    assert len(agent._aborts) == 0
+    assert agent.cancel_chat(stream.request_id) is False  # finished: no longer known
+
+
+class ChunkSignalAgent(RecordingAgent):
+    """Sets ``first_text`` when the model's first text delta arrives."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.first_text = asyncio.Event()
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        await super().on_chunk(ctx)
+        if ctx.type == "text-delta":
+            self.first_text.set()
+
+
+async def test_cancel_chat_aborts_save_messages() -> None:
+    model = ScriptedModel([slow_reply()])
+    agent = ChunkSignalAgent(model=model, store=ta.MemoryStore())
+    turn = asyncio.create_task(agent.save_messages("hi"))
+    await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
+
+    request_id = agent._queue.active_request_id
+    assert request_id is not None
+    started = time.monotonic()
+    assert agent.cancel_chat(request_id) is True
+    result = await asyncio.wait_for(turn, WAIT_S)
+
+    assert time.monotonic() - started < FAST_S
+    assert result.status == "aborted"
+    assert result.request_id == request_id
+    assert result.message is not None
+    assert result.message.text == "Hello "
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+    assert len(agent._aborts) == 0
+
+
+async def test_cancel_all_chats_aborts_the_running_turn() -> None:
+    model = ScriptedModel([slow_reply()])
+    agent = ChunkSignalAgent(model=model, store=ta.MemoryStore())
+    turn = asyncio.create_task(agent.save_messages("hi"))
+    await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
+
+    agent.cancel_all_chats("shutting down")
+    result = await asyncio.wait_for(turn, WAIT_S)
+
+    assert result.status == "aborted"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+
+
+class GatedAgent(RecordingAgent):
+    """``before_turn`` of the turn whose last user text is ``gate_on`` waits for ``gate``."""
+
+    def __init__(self, *args: Any, gate_on: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.gate_on = gate_on
+        self.gate = asyncio.Event()
+        self.at_gate = asyncio.Event()
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        await super().before_turn(ctx)
+        if ctx.messages[-1]["content"] == self.gate_on:
+            self.at_gate.set()
+            await self.gate.wait()
+        return None
+
+
+async def test_cancel_chat_on_a_queued_chat_keeps_its_input_and_runs_no_model() -> None:
+    model = ScriptedModel([text("first reply")])
+    agent = GatedAgent(model=model, store=ta.MemoryStore(), gate_on="first")
+    await agent.load_messages()
+    first = agent.chat("first")
+    second = agent.chat("second")
+    first_task = asyncio.create_task(drain(first))
+    second_task = asyncio.create_task(drain(second))
+    await asyncio.wait_for(agent.at_gate.wait(), WAIT_S)
+    assert agent._queue.queued == 2  # the second chat waits for the slot
+
+    assert agent.cancel_chat(second.request_id) is True
+    agent.gate.set()
+    first_chunks, second_chunks = await asyncio.wait_for(asyncio.gather(first_task, second_task), WAIT_S)
+
+    assert chunk_types(first_chunks)[-1] == "finish"
+    assert second_chunks == []
+    assert (first.status, second.status) == ("completed", "aborted")
+    assert len(model.requests) == 1
+    assert transcript(agent) == [("user", "first"), ("assistant", "first reply"), ("user", "second")]
+    assert [r.request_id for r in agent.contexts("on_chat_response")] == [first.request_id]
+    assert len(agent._aborts) == 0
+    model.assert_complete()
+
+
+async def test_cancel_chat_before_iterating_runs_no_model(scripted: ScriptedModel) -> None:
+    agent = make_agent(scripted)
+    stream = agent.chat("hi")
+
+    assert agent.cancel_chat(stream.request_id) is True
+    chunks = await drain(stream)
+
+    assert chunks == []
+    assert stream.status == "aborted"
+    assert transcript(agent) == [("user", "hi")]
+    assert scripted.requests == []
+    assert agent.calls == []
+
+
+async def test_cancel_chat_of_an_unknown_id_returns_false(scripted: ScriptedModel) -> None:
+    agent = make_agent(scripted)
+
+    assert agent.cancel_chat("no-such-request") is False
+
+
+async def test_closing_a_stream_that_never_started_forgets_its_request(scripted: ScriptedModel) -> None:
+    agent = make_agent(scripted)
+    stream = agent.chat("hi")
+
+    await stream.aclose()
+
+    assert len(agent._aborts) == 0
+    assert agent.cancel_chat(stream.request_id) is False
+    assert scripted.requests == []
+
+
+# ---------------------------------------------------------------------------------------------- closing the stream
+
+
+async def test_breaking_out_and_closing_the_iterator_aborts_the_turn() -> None:
+    model = ScriptedModel([slow_reply(), text("next reply")])
+    agent = make_agent(model)
+    stream = agent.chat("hi")
+    chunks: list[Any] = []
+
+    started = time.monotonic()
+    iterator = aiter(stream)
+    async for chunk in iterator:
+        chunks.append(chunk)
+        if chunk.type == "text-delta":
+            break
+    await asyncio.wait_for(iterator.aclose(), WAIT_S)  # type: ignore[attr-defined]
+
+    assert time.monotonic() - started < FAST_S
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta"]
+    assert stream.status == "aborted"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+    assert len(agent._aborts) == 0
+
+    # The stream was closed from another task (wait_for): the slot is free and this task is no longer "inside".
+    result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
+    assert result.status == "completed"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello "), ("user", "again"),
+                                 ("assistant", "next reply")]
+    model.assert_complete()
+
+
+async def test_chat_stream_aclose_aborts_the_turn() -> None:
+    model = ScriptedModel([slow_reply(), text("next reply")])
+    agent = make_agent(model)
+    stream = agent.chat("hi")
+
+    chunks = [await stream.__anext__() for _ in range(4)]
+    await asyncio.wait_for(stream.aclose(), WAIT_S)
+
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta"]
+    assert stream.status == "aborted"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+    assert agent.hooks_called(skip={"on_chunk"}) == ["before_turn", "before_step", "on_chat_response"]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+
+    chunks = await asyncio.wait_for(drain(agent.chat("again")), WAIT_S)
+    assert chunk_types(chunks)[-1] == "finish"
+    assert transcript(agent)[-1] == ("assistant", "next reply")
+
+
+async def test_an_abandoned_stream_is_finalised_and_releases_the_slot() -> None:
+    model = ScriptedModel([slow_reply(), text("next reply")])
+    agent = make_agent(model)
+
+    async def read_one_delta() -> None:
+        async for chunk in agent.chat("hi"):
+            if chunk.type == "text-delta":
+                break  # no aclose: the garbage collector's finaliser closes the stream, in another task
+
+    await read_one_delta()
+    result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
+
+    assert result.status == "completed"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello "), ("user", "again"),
+                                 ("assistant", "next reply")]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+
+
+async def test_closing_the_stream_after_finish_keeps_the_turn_completed(scripted: ScriptedModel) -> None:
+    scripted.add(text("done"))
+    agent = make_agent(scripted)
+    stream = agent.chat("hi")
+
+    chunks = []
+    iterator = aiter(stream)
+    async for chunk in iterator:
+        chunks.append(chunk)
+        if chunk.type == "finish":
+            break
+    await iterator.aclose()  # type: ignore[attr-defined]
+
+    assert chunk_types(chunks)[-1] == "finish"
+    assert stream.status == "completed"
+    assert agent.contexts("on_chat_response")[0].status == "completed"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "done")]
+
+
+# ---------------------------------------------------------------------------------------------- external cancellation
+
+
+async def test_cancelling_the_consuming_task_persists_the_partial_and_propagates() -> None:
+    model = ScriptedModel([slow_reply(), text("next reply")])
+    agent = make_agent(model)
+    stream = agent.chat("hi")
+    chunks: list[Any] = []
+    seen = asyncio.Event()
+    consumer = asyncio.create_task(consume_until(stream, "text-delta", seen, chunks))
+    await asyncio.wait_for(seen.wait(), WAIT_S)
+
+    consumer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(consumer, WAIT_S)
+
+    assert consumer.cancelled()
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta"]
+    assert stream.status == "aborted"
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+    assert len(agent._aborts) == 0
+    result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
+    assert result.status == "completed"
+
+
+async def test_cancelling_a_save_messages_task_propagates() -> None:
+    model = ScriptedModel([slow_reply()])
+    agent = ChunkSignalAgent(model=model, store=ta.MemoryStore())
+    turn = asyncio.create_task(agent.save_messages("hi"))
+    await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
+
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(turn, WAIT_S)
+
+    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+    assert not agent._queue.busy
+    assert len(agent._aborts) == 0
+
+
+# ---------------------------------------------------------------------------------------------- clear
+
+
+async def test_clear_skips_queued_turns_and_aborts_the_running_one() -> None:
+    model = ScriptedModel([slow_reply()])
+    agent = ChunkSignalAgent(model=model, store=ta.MemoryStore())
+    running = asyncio.create_task(agent.save_messages("first"))
+    queued = asyncio.create_task(agent.save_messages("second"))
+    await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
+    assert agent._queue.queued == 2
+
+    await agent.clear()
+    first, second = await asyncio.wait_for(asyncio.gather(running, queued), WAIT_S)
+
+    assert first.status == "aborted"
+    assert second.status == "skipped"
+    assert agent.get_messages() == []
+    assert await agent.store.list_messages() == []
+    assert len(model.requests) == 1
+    assert "on_chat_response" not in agent.hooks_called()  # a cleared turn fires no response hook
+    assert len(agent._aborts) == 0
+
+
+async def test_clear_skips_a_queued_chat_stream() -> None:
+    model = ScriptedModel([text("first reply")])
+    agent = GatedAgent(model=model, store=ta.MemoryStore(), gate_on="first")
+    first = agent.chat("first")
+    second = agent.chat("second")
+    first_task = asyncio.create_task(drain(first))
+    second_task = asyncio.create_task(drain(second))
+    await asyncio.wait_for(agent.at_gate.wait(), WAIT_S)
+
+    await agent.clear()
+    agent.gate.set()
+    _, second_chunks = await asyncio.wait_for(asyncio.gather(first_task, second_task), WAIT_S)
+
+    assert second_chunks == []
+    assert second.status == "skipped"
+    assert agent.get_messages() == []
+    assert await agent.store.list_messages() == []
+
+
+async def test_clear_empties_the_history_and_later_turns_start_fresh(scripted: ScriptedModel) -> None:
+    scripted.extend([text("one"), text("two")])
+    agent = make_agent(scripted)
+    await agent.save_messages("hi")
+
+    await agent.clear()
+    result = await agent.save_messages("fresh start")
+
+    assert result.status == "completed"
+    assert transcript(agent) == [("user", "fresh start"), ("assistant", "two")]
+    assert [m["content"] for m in scripted.requests[1].messages if m["role"] != "system"] == ["fresh start"]
+
+
+# ---------------------------------------------------------------------------------------------- tool interruption
+
+
+async def test_abort_during_a_tool_cancels_it_and_the_next_turn_repairs_the_call() -> None:
+    tool_started = asyncio.Event()
+    tool_cancelled = asyncio.Event()
+
+    @ta.tool
+    async def slow_search(query: str) -> str:
+        """Search slowly."""
+        tool_started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            tool_cancelled.set()
+            raise
+        return "never"
+
+    model = ScriptedModel([
+        step(text("Let me look."), tool_call("slow_search", {"query": "ray"}, id="call-1")),
+        text("Sorry, the search was interrupted."),
+    ])
+    agent = make_agent(model, tools=[slow_search])
+    stream = agent.chat("search ray")
+    chunks: list[Any] = []
+    consumer = asyncio.create_task(consume_until(stream, "tool-input-available", asyncio.Event(), chunks))
+    await asyncio.wait_for(tool_started.wait(), WAIT_S)
+
+    assert agent.cancel_chat(stream.request_id) is True
+    await asyncio.wait_for(consumer, WAIT_S)
+    await asyncio.wait_for(tool_cancelled.wait(), WAIT_S)
+
+    # Text ends when the model's answer ends (as the OpenAI provider streams it), after the call's input deltas.
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "tool-input-start",
+                                   "tool-input-delta", "tool-input-delta", "text-end", "tool-input-available",
+                                   "abort"]
+    partial = agent.get_messages()[-1]
+    assert [p.type for p in partial.parts] == ["step-start", "text", "tool-slow_search"]
+    assert partial.tool_parts[0].state == "input-available"
+    assert partial.tool_parts[0].input == {"query": "ray"}
+    assert agent.contexts("on_chat_response")[0].status == "aborted"
+    assert "after_tool_call" not in agent.hooks_called()
+
+    result = await asyncio.wait_for(agent.save_messages("what happened?"), WAIT_S)
+
+    assert result.status == "completed"
+    repaired = agent.get_messages()[1]
+    assert repaired.id == partial.id
+    assert repaired.tool_parts[0].state == "output-error"
+    assert repaired.tool_parts[0].error_text == INTERRUPTED_TEXT
+    assert await agent.store.get_message(partial.id) == repaired
+    sent = [m for m in model.requests[1].messages if m["role"] != "system"]
+    assert sent == [
+        {"role": "user", "content": "search ray"},
+        {"role": "assistant", "content": "Let me look.",
+         "tool_calls": [{"id": "call-1", "type": "function",
+                         "function": {"name": "slow_search", "arguments": '{"query": "ray"}'}}]},
+        {"role": "tool", "tool_call_id": "call-1", "content": f"Error: {INTERRUPTED_TEXT}"},
+        {"role": "user", "content": "what happened?"},
+    ]
+    model.assert_complete()
+
+
+async def test_abort_during_parallel_tools_cancels_every_tool_task() -> None:
+    started: list[str] = []
+    cancelled: list[str] = []
+    all_started = asyncio.Event()
+    all_cancelled = asyncio.Event()
+
+    @ta.tool
+    async def wait_forever(name: str) -> str:
+        """Never finishes."""
+        started.append(name)
+        if len(started) == 2:
+            all_started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            if len(cancelled) == 2:
+                all_cancelled.set()
+            raise
+        return "never"
+
+    model = ScriptedModel([step(tool_call("wait_forever", {"name": "a"}, id="c-a"),
+                                tool_call("wait_forever", {"name": "b"}, id="c-b"))])
+    agent = ChunkSignalAgent(model=model, store=ta.MemoryStore(), tools=[wait_forever])
+    turn = asyncio.create_task(agent.save_messages("go"))
+    await asyncio.wait_for(all_started.wait(), WAIT_S)
+
+    agent.cancel_all_chats()
+    result = await asyncio.wait_for(turn, WAIT_S)
+    await asyncio.wait_for(all_cancelled.wait(), WAIT_S)
+
+    assert result.status == "aborted"
+    assert sorted(cancelled) == ["a", "b"]
+    assert [p.state for p in agent.get_messages()[-1].tool_parts] == ["input-available", "input-available"]
+
+
+# ---------------------------------------------------------------------------------------------- only step-start
+
+
+async def test_abort_before_any_content_persists_no_assistant_message() -> None:
+    model = ScriptedModel([step(delay(SLOW_S), text("too late"))])
+    agent = make_agent(model)
+    stream = agent.chat("hi")
+    chunks: list[Any] = []
+    seen = asyncio.Event()
+    consumer = asyncio.create_task(consume_until(stream, "start-step", seen, chunks))
+    await asyncio.wait_for(seen.wait(), WAIT_S)
+
+    agent.cancel_chat(stream.request_id)
+    await asyncio.wait_for(consumer, WAIT_S)
+
+    assert chunk_types(chunks) == ["start", "start-step", "abort"]
+    assert transcript(agent) == [("user", "hi")]
+    assert len(await agent.store.list_messages()) == 1
+    response = agent.contexts("on_chat_response")[0]
+    assert response.status == "aborted"
+    assert response.message.id not in [m.id for m in agent.get_messages()]
+
+
+# ---------------------------------------------------------------------------------------------- SQLite persistence
+
+
+async def test_a_new_instance_loads_the_same_history(tmp_path: Path) -> None:
+    first = RecordingAgent("x", model=ScriptedModel([text("hello")]), data_dir=str(tmp_path))
+    await first.save_messages("hi")
+    saved = first.get_messages()
+    await first.close()
+
+    second = RecordingAgent("x", model=ScriptedModel(), data_dir=str(tmp_path))
+    try:
+        assert await second.load_messages() == saved
+        assert transcript(second) == [("user", "hi"), ("assistant", "hello")]
+    finally:
+        await second.close()
+
+
+async def test_chat_on_a_new_instance_continues_the_stored_history(tmp_path: Path) -> None:
+    first = RecordingAgent("x", model=ScriptedModel([text("hello")]), data_dir=str(tmp_path))
+    await drain(first.chat("hi"))
+    await first.close()
+
+    model = ScriptedModel([text("hello again")])
+    second = RecordingAgent("x", model=model, data_dir=str(tmp_path))
+    try:
+        chunks = await drain(second.chat("me again"))
+        assert chunk_types(chunks)[-1] == "finish"
+        assert [m["content"] for m in model.requests[0].messages if m["role"] != "system"] == [
+            "hi", "hello", "me again"]
+        assert transcript(second) == [("user", "hi"), ("assistant", "hello"), ("user", "me again"),
+                                      ("assistant", "hello again")]
+    finally:
+        await second.close()
+
+
+async def test_the_assistant_message_is_written_once(tmp_path: Path) -> None:
+    store = ta.SQLiteStore.for_agent(tmp_path, "x")
+    agent = make_agent(ScriptedModel([text("a long reply", chunk_size=2)]), store=store)
+    try:
+        await agent.save_messages("hi")
+        rows = await store.list_messages()
+        assert [(m.role, m.text) for m in rows] == [("user", "hi"), ("assistant", "a long reply")]
+        assert rows == agent.get_messages()
+    finally:
+        await agent.close()
+
+
+async def test_saving_the_same_user_message_twice_stores_it_once(tmp_path: Path) -> None:
+    store = ta.SQLiteStore.for_agent(tmp_path, "x")
+    agent = make_agent(ScriptedModel([text("one"), text("two")]), store=store)
+    message = ta.user_message("hi", id="u-1")
+    try:
+        await agent.save_messages(message)
+        await agent.save_messages(message)
+        rows = await store.list_messages()
+        assert [(m.id == "u-1", m.role, m.text) for m in rows] == [
+            (True, "user", "hi"), (False, "assistant", "one"), (False, "assistant", "two")]
+        assert agent.get_messages() == rows
+    finally:
+        await agent.close()
+
+
+async def test_an_aborted_partial_survives_a_restart(tmp_path: Path) -> None:
+    first = RecordingAgent("x", model=ScriptedModel([slow_reply()]), data_dir=str(tmp_path))
+    stream = first.chat("hi")
+    chunks = [await stream.__anext__() for _ in range(4)]
+    assert chunks[-1].type == "text-delta"
+    first.cancel_chat(stream.request_id)
+    rest = await asyncio.wait_for(drain(stream), WAIT_S)
+    assert chunk_types(rest) == ["abort"]
+    await first.close()
+
+    second = RecordingAgent("x", model=ScriptedModel(), data_dir=str(tmp_path))
+    try:
+        assert [(m.role, m.text) for m in await second.load_messages()] == [("user", "hi"), ("assistant", "Hello ")]
+    finally:
+        await second.close()
+
+
+# ---------------------------------------------------------------------------------------------- on_chat_response
+
+
+class InspectingAgent(RecordingAgent):
+    """Records what the transcript held while its response hook ran."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.seen_in_hook: list[list[str]] = []
+        self.stored_in_hook: list[list[str]] = []
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await super().on_chat_response(result)
+        self.seen_in_hook.append([m.id for m in self.get_messages()])
+        self.stored_in_hook.append([m.id for m in await self.store.load_messages()])
+
+
+async def test_on_chat_response_fires_after_the_reply_is_persisted(scripted: ScriptedModel) -> None:
+    scripted.add(text("hello"))
+    agent = InspectingAgent(model=scripted, store=ta.MemoryStore())
+
+    result = await agent.save_messages("hi")
+
+    assert result.message is not None
+    ids = [m.id for m in agent.get_messages()]
+    assert ids[-1] == result.message.id
+    assert agent.seen_in_hook == [ids]
+    assert agent.stored_in_hook == [ids]
+
+
+class RaisingResponseAgent(RecordingAgent):
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await super().on_chat_response(result)
+        raise RuntimeError("response hook broke")
+
+
+async def test_on_chat_response_exceptions_are_swallowed(scripted: ScriptedModel) -> None:
+    scripted.extend([text("hello"), text("again")])
+    agent = RaisingResponseAgent(model=scripted, store=ta.MemoryStore())
+
+    result = await agent.save_messages("hi")
+    chunks = await drain(agent.chat("more"))
+
+    assert result.status == "completed"
+    assert chunk_types(chunks)[-1] == "finish"
+    assert agent.hooks_called(skip={"on_chunk"}).count("on_chat_response") == 2
+    assert transcript(agent) == [("user", "hi"), ("assistant", "hello"), ("user", "more"), ("assistant", "again")]
+
+
+class SlowResponseAgent(RecordingAgent):
+    """Its first response hook waits for ``release``; logs hook entry/exit and turn starts."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.in_hook = asyncio.Event()
+        self.release = asyncio.Event()
+        self.log: list[str] = []
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        self.log.append(f"turn {ctx.messages[-1]['content']}")
+        return None
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        self.log.append(f"hook {result.message.text}")
+        if not self.in_hook.is_set():
+            self.in_hook.set()
+            await self.release.wait()
+        self.log.append(f"hook done {result.message.text}")
+
+
+async def test_on_chat_response_runs_inside_the_turn_slot(scripted: ScriptedModel) -> None:
+    scripted.extend([text("one"), text("two")])
+    agent = SlowResponseAgent(model=scripted, store=ta.MemoryStore())
+    await agent.load_messages()
+    first = asyncio.create_task(agent.save_messages("a"))
+    second = asyncio.create_task(agent.save_messages("b"))
+    await asyncio.wait_for(agent.in_hook.wait(), WAIT_S)
+
+    assert agent.log == ["turn a", "hook one"]
+    assert agent._queue.queued == 2  # the second turn waits for the hook
+    agent.release.set()
+    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+
+    assert agent.log == ["turn a", "hook one", "hook done one", "turn b", "hook two", "hook done two"]
+
+
+# ---------------------------------------------------------------------------------------------- client tools
+
+ASK_SCHEMA = {"name": "ask", "description": "Ask the user",
+              "parameters": {"type": "object", "properties": {"question": {"type": "string"}},
+                             "required": ["question"]}}
+
+
+async def test_a_client_tool_call_without_an_executor_ends_the_turn(scripted: ScriptedModel) -> None:
+    scripted.add(step(text("Let me ask."), tool_call("ask", {"question": "which city?"}, id="c1")))
+    agent = make_agent(scripted)
+
+    stream = agent.chat("plan a trip", client_tools=[ASK_SCHEMA])
+    chunks = await drain(stream)
+
+    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "tool-input-start",
+                                   "tool-input-delta", "tool-input-delta", "text-end", "tool-input-available",
+                                   "finish-step", "finish"]
+    assert stream.status == "completed"
+    request = scripted.requests[0]
+    assert [t["function"]["name"] for t in request.tools] == ["ask"]
+    assert request.tools[0]["function"]["parameters"] == ASK_SCHEMA["parameters"]
+    part = agent.get_messages()[-1].tool_parts[0]
+    assert part.type == "tool-ask"
+    assert part.state == "input-available"
+    assert part.input == {"question": "which city?"}
+    assert agent.contexts("on_chat_response")[0].status == "completed"
+    assert "before_tool_call" not in agent.hooks_called()
+    scripted.assert_complete()
+
+
+async def test_client_tools_are_offered_for_that_turn_only(scripted: ScriptedModel) -> None:
+    scripted.extend([text("one"), text("two")])
+    agent = make_agent(scripted)
+
+    await drain(agent.chat("hi", client_tools=[ASK_SCHEMA]))
+    await drain(agent.chat("again"))
+
+    assert [[t["function"]["name"] for t in r.tools] for r in scripted.requests] == [["ask"], []]
+
+
+async def test_a_client_tool_with_an_executor_runs_inline(scripted: ScriptedModel) -> None:
+    scripted.extend([tool_call("ask", {"question": "which city?"}, id="c1"), text("Paris it is.")])
+    agent = make_agent(scripted)
+    calls: list[tuple[str, Any, str]] = []
+
+    async def executor(tool_name: str, tool_input: Any, tool_call_id: str) -> str:
+        calls.append((tool_name, tool_input, tool_call_id))
+        return "Paris"
+
+    stream = agent.chat("plan a trip", client_tools=[ASK_SCHEMA], on_client_tool_call=executor)
+    chunks = await drain(stream)
+
+    assert calls == [("ask", {"question": "which city?"}, "c1")]
+    assert chunk_types(chunks) == ["start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-delta",
+                                   "tool-input-available", "tool-output-available", "finish-step",
+                                   "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert stream.status == "completed"
+    message = agent.get_messages()[-1]
+    assert message.tool_parts[0].state == "output-available"
+    assert message.tool_parts[0].output == "Paris"
+    assert message.text == "Paris it is."
+    assert [m for m in scripted.requests[1].messages if m["role"] == "tool"] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "Paris"}]
+    assert agent.hooks_called(skip={"on_chunk"}) == [
+        "before_turn", "before_step", "before_tool_call", "after_tool_call", "on_step_finish",
+        "before_step", "on_step_finish", "on_chat_response"]
+
+
+async def test_a_sync_client_executor_works(scripted: ScriptedModel) -> None:
+    scripted.extend([tool_call("ask", {"question": "?"}, id="c1"), text("ok")])
+    agent = make_agent(scripted)
+
+    await drain(agent.chat("hi", client_tools=[ASK_SCHEMA], on_client_tool_call=lambda name, value, call_id: 42))
+
+    assert agent.get_messages()[-1].tool_parts[0].output == 42
+
+
+async def test_a_raising_client_executor_becomes_a_tool_error_and_the_turn_goes_on(scripted: ScriptedModel) -> None:
+    scripted.extend([tool_call("ask", {"question": "which city?"}, id="c1"), text("I could not ask.")])
+    agent = make_agent(scripted)
+
+    async def executor(tool_name: str, tool_input: Any, tool_call_id: str) -> str:
+        raise RuntimeError("user is away")
+
+    stream = agent.chat("plan a trip", client_tools=[ASK_SCHEMA], on_client_tool_call=executor)
+    chunks = await drain(stream)
+
+    assert "tool-output-error" in chunk_types(chunks)
+    assert chunk_types(chunks)[-1] == "finish"
+    assert stream.status == "completed"
+    message = agent.get_messages()[-1]
+    assert message.tool_parts[0].state == "output-error"
+    assert message.tool_parts[0].error_text == "user is away"
+    assert message.text == "I could not ask."
+    assert [m for m in scripted.requests[1].messages if m["role"] == "tool"] == [
+        {"role": "tool", "tool_call_id": "c1", "content": "Error: user is away"}]
+    assert "on_chat_error" not in agent.hooks_called()
+    scripted.assert_complete()
+
+
+async def test_a_client_tool_overrides_a_same_named_server_tool(scripted: ScriptedModel) -> None:
+    @ta.tool
+    async def ask(question: str) -> str:
+        """Server-side ask."""
+        return "server answer"
+
+    scripted.add(tool_call("ask", {"question": "?"}, id="c1"))
+    agent = make_agent(scripted, tools=[ask])
+
+    await drain(agent.chat("hi", client_tools=[ASK_SCHEMA]))
+
+    assert agent.get_messages()[-1].tool_parts[0].state == "input-available"
+    assert scripted.requests[0].tools[0]["function"]["description"] == "Ask the user"

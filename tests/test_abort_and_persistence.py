@@ -222,8 +222,12 @@ async def test_breaking_out_and_closing_the_iterator_aborts_the_turn() -> None:
     # The stream was closed from another task (wait_for): the slot is free and this task is no longer "inside".
     result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
     assert result.status == "completed"
-    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello "), ("user", "again"),
-                                 ("assistant", "next reply")]
+    assert transcript(agent) == [
+        ("user", "hi"),
+        ("assistant", "Hello "),
+        ("user", "again"),
+        ("assistant", "next reply"),
+    ]
     model.assert_complete()
 
 
@@ -256,11 +260,17 @@ async def test_an_abandoned_stream_is_finalised_and_releases_the_slot() -> None:
                 break  # no aclose: the garbage collector's finaliser closes the stream, in another task
 
     await read_one_delta()
+    await asyncio.wait_for(agent.wait_idle(), WAIT_S)
+    # This task read the stream, so it was marked as inside the turn; the closed slot's mark no longer counts.
     result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
 
     assert result.status == "completed"
-    assert transcript(agent) == [("user", "hi"), ("assistant", "Hello "), ("user", "again"),
-                                 ("assistant", "next reply")]
+    assert transcript(agent) == [
+        ("user", "hi"),
+        ("assistant", "Hello "),
+        ("user", "again"),
+        ("assistant", "next reply"),
+    ]
     assert agent.contexts("on_chat_response")[0].status == "aborted"
 
 
@@ -398,10 +408,12 @@ async def test_abort_during_a_tool_cancels_it_and_the_next_turn_repairs_the_call
             raise
         return "never"
 
-    model = ScriptedModel([
-        step(text("Let me look."), tool_call("slow_search", {"query": "ray"}, id="call-1")),
-        text("Sorry, the search was interrupted."),
-    ])
+    model = ScriptedModel(
+        [
+            step(text("Let me look."), tool_call("slow_search", {"query": "ray"}, id="call-1")),
+            text("Sorry, the search was interrupted."),
+        ]
+    )
     agent = make_agent(model, tools=[slow_search])
     stream = agent.chat("search ray")
     chunks: list[Any] = []
@@ -413,9 +425,18 @@ async def test_abort_during_a_tool_cancels_it_and_the_next_turn_repairs_the_call
     await asyncio.wait_for(tool_cancelled.wait(), WAIT_S)
 
     # Text ends when the model's answer ends (as the OpenAI provider streams it), after the call's input deltas.
-    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "tool-input-start",
-                                   "tool-input-delta", "tool-input-delta", "text-end", "tool-input-available",
-                                   "abort"]
+    assert chunk_types(chunks) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-delta",
+        "text-end",
+        "tool-input-available",
+        "abort",
+    ]
     partial = agent.get_messages()[-1]
     assert [p.type for p in partial.parts] == ["step-start", "text", "tool-slow_search"]
     assert partial.tool_parts[0].state == "input-available"
@@ -434,9 +455,17 @@ async def test_abort_during_a_tool_cancels_it_and_the_next_turn_repairs_the_call
     sent = [m for m in model.requests[1].messages if m["role"] != "system"]
     assert sent == [
         {"role": "user", "content": "search ray"},
-        {"role": "assistant", "content": "Let me look.",
-         "tool_calls": [{"id": "call-1", "type": "function",
-                         "function": {"name": "slow_search", "arguments": '{"query": "ray"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "tool_calls": [
+                {
+                    "id": "call-1",
+                    "type": "function",
+                    "function": {"name": "slow_search", "arguments": '{"query": "ray"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call-1", "content": f"Error: {INTERRUPTED_TEXT}"},
         {"role": "user", "content": "what happened?"},
     ]
@@ -464,8 +493,9 @@ async def test_abort_during_parallel_tools_cancels_every_tool_task() -> None:
             raise
         return "never"
 
-    model = ScriptedModel([step(tool_call("wait_forever", {"name": "a"}, id="c-a"),
-                                tool_call("wait_forever", {"name": "b"}, id="c-b"))])
+    model = ScriptedModel(
+        [step(tool_call("wait_forever", {"name": "a"}, id="c-a"), tool_call("wait_forever", {"name": "b"}, id="c-b"))]
+    )
     agent = ChunkSignalAgent(model=model, store=ta.MemoryStore(), tools=[wait_forever])
     turn = asyncio.create_task(agent.save_messages("go"))
     await asyncio.wait_for(all_started.wait(), WAIT_S)
@@ -530,9 +560,16 @@ async def test_chat_on_a_new_instance_continues_the_stored_history(tmp_path: Pat
         chunks = await drain(second.chat("me again"))
         assert chunk_types(chunks)[-1] == "finish"
         assert [m["content"] for m in model.requests[0].messages if m["role"] != "system"] == [
-            "hi", "hello", "me again"]
-        assert transcript(second) == [("user", "hi"), ("assistant", "hello"), ("user", "me again"),
-                                      ("assistant", "hello again")]
+            "hi",
+            "hello",
+            "me again",
+        ]
+        assert transcript(second) == [
+            ("user", "hi"),
+            ("assistant", "hello"),
+            ("user", "me again"),
+            ("assistant", "hello again"),
+        ]
     finally:
         await second.close()
 
@@ -558,7 +595,10 @@ async def test_saving_the_same_user_message_twice_stores_it_once(tmp_path: Path)
         await agent.save_messages(message)
         rows = await store.list_messages()
         assert [(m.id == "u-1", m.role, m.text) for m in rows] == [
-            (True, "user", "hi"), (False, "assistant", "one"), (False, "assistant", "two")]
+            (True, "user", "hi"),
+            (False, "assistant", "one"),
+            (False, "assistant", "two"),
+        ]
         assert agent.get_messages() == rows
     finally:
         await agent.close()
@@ -669,9 +709,11 @@ async def test_on_chat_response_runs_inside_the_turn_slot(scripted: ScriptedMode
 
 # ---------------------------------------------------------------------------------------------- client tools
 
-ASK_SCHEMA = {"name": "ask", "description": "Ask the user",
-              "parameters": {"type": "object", "properties": {"question": {"type": "string"}},
-                             "required": ["question"]}}
+ASK_SCHEMA = {
+    "name": "ask",
+    "description": "Ask the user",
+    "parameters": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]},
+}
 
 
 async def test_a_client_tool_call_without_an_executor_ends_the_turn(scripted: ScriptedModel) -> None:
@@ -681,9 +723,19 @@ async def test_a_client_tool_call_without_an_executor_ends_the_turn(scripted: Sc
     stream = agent.chat("plan a trip", client_tools=[ASK_SCHEMA])
     chunks = await drain(stream)
 
-    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "tool-input-start",
-                                   "tool-input-delta", "tool-input-delta", "text-end", "tool-input-available",
-                                   "finish-step", "finish"]
+    assert chunk_types(chunks) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-delta",
+        "text-end",
+        "tool-input-available",
+        "finish-step",
+        "finish",
+    ]
     assert stream.status == "completed"
     request = scripted.requests[0]
     assert [t["function"]["name"] for t in request.tools] == ["ask"]
@@ -720,19 +772,40 @@ async def test_a_client_tool_with_an_executor_runs_inline(scripted: ScriptedMode
     chunks = await drain(stream)
 
     assert calls == [("ask", {"question": "which city?"}, "c1")]
-    assert chunk_types(chunks) == ["start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-delta",
-                                   "tool-input-available", "tool-output-available", "finish-step",
-                                   "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert chunk_types(chunks) == [
+        "start",
+        "start-step",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-delta",
+        "tool-input-available",
+        "tool-output-available",
+        "finish-step",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
     assert stream.status == "completed"
     message = agent.get_messages()[-1]
     assert message.tool_parts[0].state == "output-available"
     assert message.tool_parts[0].output == "Paris"
     assert message.text == "Paris it is."
     assert [m for m in scripted.requests[1].messages if m["role"] == "tool"] == [
-        {"role": "tool", "tool_call_id": "c1", "content": "Paris"}]
+        {"role": "tool", "tool_call_id": "c1", "content": "Paris"}
+    ]
     assert agent.hooks_called(skip={"on_chunk"}) == [
-        "before_turn", "before_step", "before_tool_call", "after_tool_call", "on_step_finish",
-        "before_step", "on_step_finish", "on_chat_response"]
+        "before_turn",
+        "before_step",
+        "before_tool_call",
+        "after_tool_call",
+        "on_step_finish",
+        "before_step",
+        "on_step_finish",
+        "on_chat_response",
+    ]
 
 
 async def test_a_sync_client_executor_works(scripted: ScriptedModel) -> None:
@@ -762,7 +835,8 @@ async def test_a_raising_client_executor_becomes_a_tool_error_and_the_turn_goes_
     assert message.tool_parts[0].error_text == "user is away"
     assert message.text == "I could not ask."
     assert [m for m in scripted.requests[1].messages if m["role"] == "tool"] == [
-        {"role": "tool", "tool_call_id": "c1", "content": "Error: user is away"}]
+        {"role": "tool", "tool_call_id": "c1", "content": "Error: user is away"}
+    ]
     assert "on_chat_error" not in agent.hooks_called()
     scripted.assert_complete()
 

@@ -65,8 +65,15 @@ async def test_chat_text_turn_streams_the_exact_chunk_sequence(scripted: Scripte
     chunks = await drain(stream)
 
     assert chunk_types(chunks) == [
-        "start", "start-step", "text-start", "text-delta", "text-delta", "text-delta", "text-end",
-        "finish-step", "finish",
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
     ]
     assert [c.delta for c in chunks if c.type == "text-delta"] == ["Hell", "o th", "ere"]
     assert stream.status == "completed"
@@ -97,8 +104,7 @@ async def test_hooks_fire_in_order_for_a_text_turn(scripted: ScriptedModel) -> N
 
     await agent.save_messages("hi")
 
-    assert agent.hooks_called(skip={"on_chunk"}) == ["before_turn", "before_step", "on_step_finish",
-                                                      "on_chat_response"]
+    assert agent.hooks_called(skip={"on_chunk"}) == ["before_turn", "before_step", "on_step_finish", "on_chat_response"]
     response = agent.contexts("on_chat_response")[0]
     assert response.status == "completed"
     assert response.continuation is False
@@ -125,9 +131,9 @@ async def test_uimessage_input_keeps_its_id(scripted: ScriptedModel) -> None:
     agent = make_agent(scripted)
     message = ta.user_message("hello", id="u-1")
 
-    await agent.save_messages(message)
+    result = await agent.save_messages(message)
 
-    assert [m.id for m in agent.get_messages()][0] == "u-1"
+    assert [m.id for m in agent.get_messages()] == ["u-1", result.message.id]  # type: ignore[union-attr]
     assert agent.get_messages()[0] == message
 
 
@@ -139,7 +145,10 @@ async def test_list_input_appends_every_message_in_order(scripted: ScriptedModel
 
     assert transcript(agent) == [("user", "one"), ("user", "two"), ("user", "three"), ("assistant", "ok")]
     assert request_messages(scripted, 0) == [
-        {"role": "user", "content": "one"}, {"role": "user", "content": "two"}, {"role": "user", "content": "three"}]
+        {"role": "user", "content": "one"},
+        {"role": "user", "content": "two"},
+        {"role": "user", "content": "three"},
+    ]
 
 
 async def test_chat_accepts_a_list(scripted: ScriptedModel) -> None:
@@ -174,13 +183,20 @@ async def test_function_input_sees_the_transcript_when_the_turn_starts(scripted:
     assert third.status == "completed"
     assert seen == [
         [("user", "hi"), ("assistant", "first reply")],
-        [("user", "hi"), ("assistant", "first reply"), ("user", "you said 'first reply'"),
-         ("assistant", "second reply")],
+        [
+            ("user", "hi"),
+            ("assistant", "first reply"),
+            ("user", "you said 'first reply'"),
+            ("assistant", "second reply"),
+        ],
     ]
     assert transcript(agent) == [
-        ("user", "hi"), ("assistant", "first reply"),
-        ("user", "you said 'first reply'"), ("assistant", "second reply"),
-        ("user", "and then 'second reply'"), ("assistant", "third reply"),
+        ("user", "hi"),
+        ("assistant", "first reply"),
+        ("user", "you said 'first reply'"),
+        ("assistant", "second reply"),
+        ("user", "and then 'second reply'"),
+        ("assistant", "third reply"),
     ]
     scripted.assert_complete()
 
@@ -196,8 +212,10 @@ async def test_empty_list_runs_a_turn_on_existing_history(scripted: ScriptedMode
     assert transcript(agent) == [("user", "hi"), ("assistant", "first"), ("assistant", "again")]
     # The list ends with the assistant's message, so the ephemeral continue message is added (§3.6 step 6).
     assert request_messages(scripted, 1) == [
-        {"role": "user", "content": "hi"}, {"role": "assistant", "content": "first"},
-        {"role": "user", "content": CONTINUE_TEXT}]
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "first"},
+        {"role": "user", "content": CONTINUE_TEXT},
+    ]
 
 
 async def test_function_returning_nothing_runs_a_turn_on_existing_history(scripted: ScriptedModel) -> None:
@@ -280,13 +298,25 @@ async def test_concurrent_chat_and_save_messages_run_fifo_without_overlap() -> N
     await asyncio.wait_for(asyncio.gather(*tasks), WAIT_S)
 
     assert agent.log == [
-        "start q1", "finish reply 1", "start q2", "finish reply 2",
-        "start q3", "finish reply 3", "start q4", "finish reply 4",
+        "start q1",
+        "finish reply 1",
+        "start q2",
+        "finish reply 2",
+        "start q3",
+        "finish reply 3",
+        "start q4",
+        "finish reply 4",
     ]
     assert agent.max_running == 1
     assert transcript(agent) == [
-        ("user", "q1"), ("assistant", "reply 1"), ("user", "q2"), ("assistant", "reply 2"),
-        ("user", "q3"), ("assistant", "reply 3"), ("user", "q4"), ("assistant", "reply 4"),
+        ("user", "q1"),
+        ("assistant", "reply 1"),
+        ("user", "q2"),
+        ("assistant", "reply 2"),
+        ("user", "q3"),
+        ("assistant", "reply 3"),
+        ("user", "q4"),
+        ("assistant", "reply 4"),
     ]
     assert not agent._queue.busy
     assert len(agent._aborts) == 0
@@ -365,7 +395,10 @@ async def test_blocking_admission_inside_a_tool_raises_and_add_messages_works() 
     assert all(NESTED_TEXT in str(e) for e in raised)
     messages = agent.get_messages()
     assert [(m.role, m.text) for m in messages] == [
-        ("user", "remember milk"), ("user", "buy milk"), ("assistant", "done")]
+        ("user", "remember milk"),
+        ("user", "buy milk"),
+        ("assistant", "done"),
+    ]
     assert messages[2].tool_parts[0].state == "output-available"
     assert messages[2].tool_parts[0].output == "stored"
     model.assert_complete()
@@ -390,8 +423,10 @@ async def test_another_agents_save_messages_inside_a_turn_works() -> None:
     assert transcript(helper) == [("user", "2+2?"), ("assistant", "helper answer")]
     assert agent.get_messages()[-1].tool_parts[0].output == "helper answer"
     assert request_messages(model, 1)[-1] == {
-        "role": "tool", "tool_call_id": agent.get_messages()[-1].tool_parts[0].tool_call_id,
-        "content": "helper answer"}
+        "role": "tool",
+        "tool_call_id": agent.get_messages()[-1].tool_parts[0].tool_call_id,
+        "content": "helper answer",
+    }
 
 
 async def test_a_blocking_turn_while_reading_the_agents_own_stream_raises(scripted: ScriptedModel) -> None:
@@ -464,8 +499,7 @@ async def test_continue_last_turn_sends_an_ephemeral_continue_message(scripted: 
         {"role": "assistant", "content": "The answer is"},
         {"role": "user", "content": CONTINUE_TEXT},
     ]
-    assert transcript(agent) == [
-        ("user", "what is the answer?"), ("assistant", "The answer is"), ("assistant", " 42.")]
+    assert transcript(agent) == [("user", "what is the answer?"), ("assistant", "The answer is"), ("assistant", " 42.")]
     assert CONTINUE_TEXT not in [m.text for m in await agent.store.list_messages()]
     turn_ctx = agent.contexts("before_turn")[1]
     assert turn_ctx.continuation is True
@@ -485,8 +519,15 @@ async def test_continuation_start_chunk_carries_no_message_id(scripted: Scripted
     spec = agent._spec("programmatic", None, continuation=True)
     chunks = [chunk async for chunk in turn_stream(agent, spec)]
 
-    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step",
-                                   "finish"]
+    assert chunk_types(chunks) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
     assert chunks[0].message_id is None
     assert transcript(agent) == [("user", "go"), ("assistant", "part one"), ("assistant", " part two")]
     assert agent.get_messages()[2].id == spec.outcome.message.id  # type: ignore[union-attr]
@@ -664,8 +705,15 @@ async def test_provider_error_after_partial_text_persists_the_partial(scripted: 
     stream = agent.chat("hi")
     chunks = await drain(stream)
 
-    assert chunk_types(chunks) == ["start", "start-step", "text-start", "text-delta", "text-delta", "text-delta",
-                                   "error"]
+    assert chunk_types(chunks) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-delta",
+        "error",
+    ]
     assert chunks[-1].error_text == "stream cut"
     messages = agent.get_messages()
     assert [(m.role, m.text) for m in messages] == [("user", "hi"), ("assistant", "Half an ans")]
@@ -847,5 +895,7 @@ async def test_a_turn_after_add_messages_sees_them(scripted: ScriptedModel) -> N
     await agent.save_messages("now answer")
 
     assert request_messages(scripted, 0) == [
-        {"role": "user", "content": "context"}, {"role": "assistant", "content": "noted"},
-        {"role": "user", "content": "now answer"}]
+        {"role": "user", "content": "context"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "now answer"},
+    ]

@@ -68,6 +68,7 @@ from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store
+from ._turn.tool_calls import ToolRepairContext
 from .tools import ClientToolSchema, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -147,6 +148,7 @@ __all__ = [
     "ToolOutputAvailableChunk",
     "ToolOutputErrorChunk",
     "ToolPart",
+    "ToolRepairContext",
     "ToolResult",
     "TurnConfig",
     "TurnContext",

@@ -119,8 +119,9 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
             tools[extra.name] = extra.bind(agent)
     if cfg.instructions is not None or cfg.system is not None:
         system = cfg.instructions if cfg.instructions is not None else cfg.system  # type: ignore[assignment]
-    elif cfg.tools:
-        system = agent.get_system_prompt(tools)
+    elif cfg.tools or cfg.active_tools is not None:
+        offered = {n: t for n, t in tools.items() if cfg.active_tools is None or n in cfg.active_tools}
+        system = agent.get_system_prompt(offered)
     params = {k: v for k, v in (
         ("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k),
         ("presence_penalty", cfg.presence_penalty), ("frequency_penalty", cfg.frequency_penalty),
@@ -136,7 +137,7 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         tools=tools,
         active_tools=cfg.active_tools,
         tool_choice=cfg.tool_choice,
-        max_steps=cfg.max_steps or agent.max_steps,
+        max_steps=cfg.max_steps if cfg.max_steps is not None else agent.max_steps,
         stop_when=tuple(cfg.stop_when or ()),
         send_reasoning=cfg.send_reasoning if cfg.send_reasoning is not None else agent.send_reasoning,
         params=params,

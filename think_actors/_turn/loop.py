@@ -116,6 +116,9 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
                 kind = type(event)
                 if kind is TextDelta:
                     if text_id is None:
+                        if reasoning_id is not None:  # reasoning ends where the answer starts
+                            yield ReasoningEndChunk(id=reasoning_id)
+                            reasoning_id = None
                         text_id = new_id()
                         yield TextStartChunk(id=text_id)
                     texts.append(event.text)

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from ..chunks import (
     ToolInputAvailableChunk,
     ToolInputErrorChunk,
@@ -100,6 +102,11 @@ def input_chunk(call: ParsedCall) -> Any:
     return ToolInputAvailableChunk(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
 
 
+def _as_input(validated: Any) -> Any:
+    """The input as the tool will get it (defaults filled, values coerced), as plain data."""
+    return validated.model_dump() if isinstance(validated, BaseModel) else validated
+
+
 async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
     """Run one call through before_tool_call / the tool / after_tool_call; never raises (but on cancel)."""
     assert call.tool is not None
@@ -109,7 +116,7 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
     output: Any = None
     error: str | None = None
     ctx = ToolCallContext(request_id=run.request_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                          input=call.input, step_number=run.step_number, messages=run.messages)
+                          input=_as_input(call.validated), step_number=run.step_number, messages=run.messages)
     try:
         decision = await agent.before_tool_call(ctx)
         if isinstance(decision, Block):

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 import think_actors as ta  # noqa: E402
-from bench_agents import FanOutLead, StreamAgent, fan_out_script, stream_script  # noqa: E402
+from bench_agents import FanOutLead, StreamAgent, fan_out_script  # noqa: E402
 
 CHUNKS = 500
 PACE_S = 0.2
@@ -50,8 +50,7 @@ async def bench_stream(turns: int, paced: bool, data_dir: str) -> dict[str, floa
     remote = await ta.spawn(StreamAgent, f"remote-{paced}-{time.time_ns()}")
     results: dict[str, list[tuple[float, float]]] = {"local": [], "remote": []}
     for i in range(turns + 3):
-        local.model = stream_script(CHUNKS, paced)
-        first, total, count = await timed_stream(local.chat("go"))
+        first, total, count = await timed_stream(local.chat("go", body={"paced": paced}))
         assert count > CHUNKS
         rfirst, rtotal, rcount = await timed_stream(remote.chat("go", body={"paced": paced}))
         assert rcount == count, (rcount, count)

@@ -317,6 +317,11 @@ AgentToolEventChunk.model_rebuild()
 _CHUNK_ADAPTER: TypeAdapter[Any] = TypeAdapter(UIChunk)
 
 
+def chunk_classes() -> tuple[type[WireModel], ...]:
+    """Every chunk class (``data-*`` chunks are DataChunk), in a fixed order."""
+    return (*_CHUNK_CLASSES, DataChunk)
+
+
 def parse_chunk(data: dict[str, Any] | str | bytes) -> Any:
     """Validate one chunk from its wire form (a dict, or JSON text)."""
     if isinstance(data, str | bytes):

@@ -106,7 +106,7 @@ class TurnContext:
     system: str
     messages: list[dict[str, Any]]
     tools: dict[str, Tool]
-    model: str | ModelClient
+    model: str | ModelClient | None
     continuation: bool
     body: dict[str, Any] | None = None
     trigger: str = "programmatic"

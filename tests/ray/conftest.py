@@ -1,9 +1,12 @@
-"""One Ray for the whole session (address="local", no dashboard); ``ray stop --force`` at the end."""
+"""One Ray for the whole session (address="local", no dashboard).
+
+``ta.shutdown()`` stops the local cluster this session started. No ``ray stop --force`` here: it would also kill
+every other Ray on the machine (a concurrent benchmark, another test run); CI runs it after the suite instead.
+"""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -21,7 +24,6 @@ def ray_runtime() -> Iterator[object]:
         yield config
     finally:
         ta.shutdown()
-        subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -183,9 +183,8 @@ def to_model_messages(messages: list[UIMessage]) -> list[dict[str, Any]]:
             if text:
                 out.append({"role": "system", "content": text})
         else:
-            content = _user_content(message)
-            if content:
-                out.append({"role": "user", "content": content})
+            if message.parts:  # an empty user text still asks the model to answer (chat(""))
+                out.append({"role": "user", "content": _user_content(message)})
     return out
 
 

@@ -107,13 +107,14 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model
-    if model is None:
-        raise ConfigurationError(f"{type(agent).__name__} has no model: set the class attribute `model`",
-                                 request_id=spec.request_id)
     system = agent.get_system_prompt(tools)
     ctx = TurnContext(request_id=spec.request_id, system=system, messages=model_messages, tools=dict(tools),
                       model=model, continuation=spec.continuation, body=spec.body, trigger=spec.trigger)
     cfg = await agent.before_turn(ctx) or TurnConfig()
+    if cfg.model is None and model is None:
+        raise ConfigurationError(
+            f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",
+            request_id=spec.request_id)
     if cfg.tools:
         for extra in cfg.tools:
             tools[extra.name] = extra.bind(agent)
@@ -131,7 +132,7 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         agent=agent,
         request_id=spec.request_id,
         signal=spec.signal,
-        model=cfg.model or model,
+        model=cfg.model or model,  # type: ignore[arg-type]
         system=system,
         messages=ensure_continue_checkpoint(cfg.messages if cfg.messages is not None else model_messages),
         tools=tools,
@@ -166,6 +167,8 @@ async def turn_stream(agent: Think, spec: TurnSpec) -> AsyncIterator[Any]:
     outcome = spec.outcome
     try:
         async with agent._queue.slot(agent, spec.request_id):
+            # Chunks an earlier turn emitted after its stream ended (its on_chat_response) belong to no stream.
+            agent._take_emitted()
             await agent._ensure_started()  # chat() streams come here without a blocking entry point's start
             if agent._queue.generation != spec.generation:
                 outcome.status = "skipped"

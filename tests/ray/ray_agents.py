@@ -1,0 +1,276 @@
+"""Every agent and actor class the Ray tests spawn.
+
+Ray workers import classes by module name, so they live here (tests/ray is on ``sys.path``, which ``ta.init``
+hands to the workers) and never inside a test function. Child agents that ``agent_tool`` creates take their
+class attribute ``model``, so each scenario has its own child class with its own script; each child actor is
+its own process, so a class-level ScriptedModel starts from its first step in every child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+from pydantic import BaseModel
+
+import think_actors as ta
+from think_actors.chunks import DataChunk
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
+from think_actors.testing import ScriptedModel, delay, step, text, tool_call
+
+HOOKS_IN_ORDER = [
+    "before_turn", "before_step", "before_tool_call", "after_tool_call",
+    "on_step_finish", "before_step", "on_step_finish", "on_chat_response",
+]
+
+
+def handle_at(path: str, agent_class: type[ta.Think]) -> Any:
+    """A handle to the agent actor named ``path`` (children live at their path, not at ``class/name``)."""
+    from think_actors.runtime import AgentHandle, _require_config
+
+    return AgentHandle(ray.get_actor(path, namespace=_require_config().namespace), path, agent_class.__name__)
+
+
+# ------------------------------------------------------------------ hooks and entry points
+
+
+class Recorder(ta.Think):
+    """Puts a transient ``data-hook`` chunk into the stream at each hook.
+
+    ``on_chat_response`` fires after the stream's last chunk, so it keeps the turn's whole hook list in the store
+    instead; the next turn's ``before_turn`` emits that record as ``data-last-turn``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._hooks: list[str] = []
+
+    def _record(self, hook: str, **facts: Any) -> None:
+        self._hooks.append(hook)
+        self.emit(DataChunk(type="data-hook", data={"hook": hook, "pid": os.getpid(),
+                                                   "litellm_imported": "litellm" in sys.modules, **facts},
+                            transient=True))
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        previous = await self.store.get_kv("last-turn")
+        if previous is not None:
+            self.emit(DataChunk(type="data-last-turn", data=previous, transient=True))
+        self._hooks = []
+        self._record("before_turn", trigger=ctx.trigger)
+        return None
+
+    async def before_step(self, ctx: ta.StepContext) -> ta.StepConfig | None:
+        self._record("before_step", step=ctx.step_number)
+        return None
+
+    async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+        self._record("before_tool_call", tool=ctx.tool_name)
+        return None
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        self._record("after_tool_call", tool=ctx.tool_name, success=ctx.success)
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        self._record("on_step_finish", step=ctx.step_number)
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        # Emitted after the stream ended: the engine must drop it, never leak it into the next turn.
+        self._record("on_chat_response", status=result.status)
+        await self.store.set_kv("last-turn", {"request_id": result.request_id, "status": result.status,
+                                              "hooks": list(self._hooks)})
+
+
+class HookAgent(Recorder):
+    @ta.tool
+    async def lookup(self, q: str) -> str:
+        """Look something up."""
+        return f"found {q}"
+
+
+class EntryAgent(ta.Think):
+    """A plain agent driven through every entry point of its handle."""
+
+
+# ------------------------------------------------------------------ agent tools
+
+
+class Report(BaseModel):
+    title: str
+    score: int
+
+
+class Rendezvous(ta.Think):
+    """A child whose ``rendezvous`` tool waits at the barrier named after its lead, so parallel runs must overlap."""
+
+    @ta.tool
+    async def rendezvous(self) -> dict[str, Any]:
+        """Wait for the other children."""
+        lead_name = self.path.split("/")[1]
+        barrier = ray.get_actor(f"barrier/{lead_name}", namespace=ray.get_runtime_context().namespace)
+        met = await barrier.arrive.remote(self.path, 20.0)
+        return {"pid": os.getpid(), "met": met}
+
+
+class Summarizer(Rendezvous):
+    model = ScriptedModel([tool_call("rendezvous", {}), text("The child summary.", chunk_size=5)])
+
+
+class Reporter(Rendezvous):
+    model = ScriptedModel([tool_call("rendezvous", {}), text('{"title": "Ray actors", "score": 3}', chunk_size=8)])
+
+
+class TeamLead(ta.Think):
+    tools = [
+        ta.agent_tool(Summarizer, description="Summarize a topic."),
+        ta.agent_tool(Reporter, description="Report on a topic.", output_schema=Report),
+    ]
+
+
+class SlowChild(ta.Think):
+    model = ScriptedModel([step(text("child partial"), delay(60), text(" never")), text("child again")])
+
+
+class CancelLead(ta.Think):
+    tools = [ta.agent_tool(SlowChild, description="Take your time.")]
+
+
+class CycleA(ta.Think):
+    @ta.tool
+    async def ask_b(self, question: str) -> str:
+        """Ask B; return the tool errors B saw."""
+        b = await ta.get(CycleB, self.name)
+        errors = [chunk.error_text async for chunk in b.chat(question) if chunk.type == "tool-output-error"]
+        return "\n".join(errors) or "B saw no error"
+
+
+class CycleB(ta.Think):
+    @ta.tool
+    async def ask_a(self, question: str) -> str:
+        """Ask A (which is waiting for this very turn)."""
+        a = await ta.get(CycleA, self.name)
+        async for _ in a.chat(question):
+            pass
+        return "A answered"
+
+
+@ray.remote(num_cpus=0)
+class Barrier:
+    """Returns from ``arrive`` once ``parties`` callers are inside it at the same time (False on timeout)."""
+
+    def __init__(self, parties: int):
+        self.parties = parties
+        self.arrived: list[str] = []
+        self.everyone = asyncio.Event()
+
+    async def arrive(self, who: str, timeout_s: float) -> bool:
+        self.arrived.append(who)
+        if len(self.arrived) >= self.parties:
+            self.everyone.set()
+        try:
+            await asyncio.wait_for(self.everyone.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+# ------------------------------------------------------------------ actor tools and task tools
+
+
+@ray.remote(num_cpus=0)
+class Counter:
+    """A tool actor that counts the calls that reach it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def add(self, a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: The first.
+            b: The second.
+        """
+        self.calls += 1
+        return a + b
+
+    async def bump(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    async def count(self) -> int:
+        return self.calls
+
+
+@ta.tool(num_cpus=1)
+def process_id(counter: str, namespace: str) -> int:
+    """Report the id of the process the tool runs in (it counts itself on ``counter`` first)."""
+    ray.get(ray.get_actor(counter, namespace=namespace).bump.remote())
+    return os.getpid()
+
+
+class ToolUser(ta.Think):
+    """Offers ``add_by_name`` / ``add_by_handle`` (actor tools) and ``process_id`` (a task tool).
+
+    ``body={"decide": {tool name: "block" | "substitute"}}`` short-circuits calls in ``before_tool_call``.
+    """
+
+    def __init__(self, *args: Any, counter: str, namespace: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tools = (
+            ta.actor_tool(counter, "add", actor_class=Counter, name="add_by_name", namespace=namespace),
+            ta.actor_tool(ray.get_actor(counter, namespace=namespace), "add", name="add_by_handle"),
+            process_id,
+        )
+        self._decide: dict[str, str] = {}
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        self._decide = dict((ctx.body or {}).get("decide", {}))
+        return None
+
+    async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+        decision = self._decide.get(ctx.tool_name)
+        if decision == "block":
+            return ta.Block(f"{ctx.tool_name} blocked by the test")
+        if decision == "substitute":
+            return ta.Substitute({"substituted": ctx.tool_name})
+        return None
+
+
+# ------------------------------------------------------------------ recovery and errors
+
+
+class EchoModel:
+    """Answers ``echo: <last user text>``; holds no script position, so a restarted actor answers the same way."""
+
+    model_id = "echo"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        content = next(m["content"] for m in reversed(request.messages) if m["role"] == "user")
+        if isinstance(content, list):
+            content = " ".join(part.get("text", "") for part in content)
+        yield TextDelta(f"echo: {content}")
+        yield FinishEvent("stop", Usage())
+
+
+class Survivor(ta.Think):
+    model = EchoModel()
+
+
+class NoModel(ta.Think):
+    """No ``model``: every turn fails at setup."""
+
+
+class ServerBacked(Recorder):
+    """A string model id (served by the model-server pool) pointed at a ScriptedOpenAIServer."""
+
+    def __init__(self, *args: Any, api_base: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.api_base = api_base
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        await super().before_turn(ctx)
+        return ta.TurnConfig(provider_options={"api_base": self.api_base, "api_key": "x"}, max_retries=0)

@@ -23,8 +23,14 @@ from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
 
 HOOKS_IN_ORDER = [
-    "before_turn", "before_step", "before_tool_call", "after_tool_call",
-    "on_step_finish", "before_step", "on_step_finish", "on_chat_response",
+    "before_turn",
+    "before_step",
+    "before_tool_call",
+    "after_tool_call",
+    "on_step_finish",
+    "before_step",
+    "on_step_finish",
+    "on_chat_response",
 ]
 
 
@@ -51,9 +57,13 @@ class Recorder(ta.Think):
 
     def _record(self, hook: str, **facts: Any) -> None:
         self._hooks.append(hook)
-        self.emit(DataChunk(type="data-hook", data={"hook": hook, "pid": os.getpid(),
-                                                   "litellm_imported": "litellm" in sys.modules, **facts},
-                            transient=True))
+        self.emit(
+            DataChunk(
+                type="data-hook",
+                data={"hook": hook, "pid": os.getpid(), "litellm_imported": "litellm" in sys.modules, **facts},
+                transient=True,
+            )
+        )
 
     async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
         previous = await self.store.get_kv("last-turn")
@@ -80,8 +90,9 @@ class Recorder(ta.Think):
     async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
         # Emitted after the stream ended: the engine must drop it, never leak it into the next turn.
         self._record("on_chat_response", status=result.status)
-        await self.store.set_kv("last-turn", {"request_id": result.request_id, "status": result.status,
-                                              "hooks": list(self._hooks)})
+        await self.store.set_kv(
+            "last-turn", {"request_id": result.request_id, "status": result.status, "hooks": list(self._hooks)}
+        )
 
 
 class HookAgent(Recorder):

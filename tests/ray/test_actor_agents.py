@@ -37,10 +37,28 @@ async def test_hooks_run_in_order_inside_the_actor(ray_runtime: Any, unique: str
 
     assert hooks(first) == HOOKS_IN_ORDER[:-1]  # on_chat_response runs after the stream's last chunk
     assert types(first) == [
-        "start", "data-hook", "data-hook", "start-step", "tool-input-start", "tool-input-delta",
-        "tool-input-delta", "tool-input-available", "data-hook", "data-hook", "tool-output-available",
-        "data-hook", "finish-step", "data-hook", "start-step", "text-start", "text-delta", "text-end",
-        "data-hook", "finish-step", "finish"]
+        "start",
+        "data-hook",
+        "data-hook",
+        "start-step",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-input-delta",
+        "tool-input-available",
+        "data-hook",
+        "data-hook",
+        "tool-output-available",
+        "data-hook",
+        "finish-step",
+        "data-hook",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "data-hook",
+        "finish-step",
+        "finish",
+    ]
     assert {c.data["pid"] for c in first if c.type == "data-hook"} == {(await agent.info())["pid"]}
 
     second = await agent.chat("once more").collect()
@@ -53,25 +71,40 @@ async def test_hooks_run_in_order_inside_the_actor(ray_runtime: Any, unique: str
     assert hooks(second) == ["before_turn", "before_step", "on_step_finish"]
     messages = await agent.get_messages()
     assert [(m.role, m.text) for m in messages] == [
-        ("user", "find ray"), ("assistant", "done"), ("user", "once more"), ("assistant", "again")]
+        ("user", "find ray"),
+        ("assistant", "done"),
+        ("user", "once more"),
+        ("assistant", "again"),
+    ]
     assert messages[1].tool_parts[0].output == "found ray"
 
 
 @pytest.mark.timeout(60)
 async def test_entry_points_through_the_handle(ray_runtime: Any, unique: str) -> None:
-    model = ScriptedModel([
-        text("Hi there", chunk_size=3),
-        text("saved"),
-        text(" and more"),
-        step(text("partial"), delay(60), text(" never")),  # ended by cancel_chat
-        step(text("half"), delay(60), text(" never")),  # ended by closing the stream
-        text("after the close"),
-    ])
+    model = ScriptedModel(
+        [
+            text("Hi there", chunk_size=3),
+            text("saved"),
+            text(" and more"),
+            step(text("partial"), delay(60), text(" never")),  # ended by cancel_chat
+            step(text("half"), delay(60), text(" never")),  # ended by closing the stream
+            text("after the close"),
+        ]
+    )
     agent = await ta.spawn(EntryAgent, unique, model=model)
 
     chunks = await agent.chat("hello").collect()
-    assert types(chunks) == ["start", "start-step", "text-start", "text-delta", "text-delta", "text-delta",
-                             "text-end", "finish-step", "finish"]
+    assert types(chunks) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
     assert "".join(c.delta for c in chunks if c.type == "text-delta") == "Hi there"
 
     saved = await agent.save_messages("save this")
@@ -84,8 +117,13 @@ async def test_entry_points_through_the_handle(ray_runtime: Any, unique: str) ->
     await agent.add_messages(ta.user_message("a note", id="note-1"))
     messages = await agent.get_messages()
     assert [(m.role, m.text) for m in messages] == [
-        ("user", "hello"), ("assistant", "Hi there"), ("user", "save this"), ("assistant", "saved"),
-        ("assistant", " and more"), ("user", "a note")]  # a continuation is a message of its own
+        ("user", "hello"),
+        ("assistant", "Hi there"),
+        ("user", "save this"),
+        ("assistant", "saved"),
+        ("assistant", " and more"),
+        ("user", "a note"),
+    ]  # a continuation is a message of its own
 
     # cancel_chat on a streaming turn: an abort chunk ends the stream and the partial reply is kept.
     stream = agent.chat("go slowly")
@@ -101,13 +139,19 @@ async def test_entry_points_through_the_handle(ray_runtime: Any, unique: str) ->
     await closing.aclose()
     after_close = await agent.save_messages("are you there?")
     assert (after_close.status, after_close.message.text if after_close.message else None) == (
-        "completed", "after the close")
+        "completed",
+        "after the close",
+    )
 
     messages = await agent.get_messages()
     assert [(m.role, m.text) for m in messages][6:] == [
-        ("user", "go slowly"), ("assistant", "partial"),
-        ("user", "go slowly again"), ("assistant", "half"),
-        ("user", "are you there?"), ("assistant", "after the close")]
+        ("user", "go slowly"),
+        ("assistant", "partial"),
+        ("user", "go slowly again"),
+        ("assistant", "half"),
+        ("user", "are you there?"),
+        ("assistant", "after the close"),
+    ]
 
     await agent.clear()
     assert await agent.get_messages() == []

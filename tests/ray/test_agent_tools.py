@@ -5,7 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ray_agents import Barrier, CancelLead, CycleA, CycleB, EntryAgent, Reporter, SlowChild, Summarizer, TeamLead, handle_at
+from ray_agents import (
+    Barrier,
+    CancelLead,
+    CycleA,
+    CycleB,
+    EntryAgent,
+    Reporter,
+    SlowChild,
+    Summarizer,
+    TeamLead,
+    handle_at,
+)
 
 import think_actors as ta
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
@@ -21,19 +32,30 @@ def tool_outputs(chunks: list[Any]) -> dict[str, Any]:
 
 @pytest.mark.timeout(60)
 async def test_parallel_agent_tools_stream_tagged_child_events_from_their_own_actors(
-        ray_runtime: Any, unique: str) -> None:
+    ray_runtime: Any, unique: str
+) -> None:
     Barrier.options(name=f"barrier/{unique}", namespace=ray_runtime.namespace, lifetime="detached").remote(2)
-    lead = await ta.spawn(TeamLead, unique, model=ScriptedModel([
-        step(tool_call("summarizer", {"input": "Summarize Ray"}, id="call-sum"),
-             tool_call("reporter", {"input": "Report on Ray"}, id="call-rep")),
-        text("Both reported."),
-    ]))
+    lead = await ta.spawn(
+        TeamLead,
+        unique,
+        model=ScriptedModel(
+            [
+                step(
+                    tool_call("summarizer", {"input": "Summarize Ray"}, id="call-sum"),
+                    tool_call("reporter", {"input": "Report on Ray"}, id="call-rep"),
+                ),
+                text("Both reported."),
+            ]
+        ),
+    )
 
     chunks = await lead.chat("Research Ray").collect()
 
     assert chunks[-1].type == "finish"
-    for call_id, child_kebab, child_class in (("call-sum", "summarizer", Summarizer),
-                                              ("call-rep", "reporter", Reporter)):
+    for call_id, child_kebab, child_class in (
+        ("call-sum", "summarizer", Summarizer),
+        ("call-rep", "reporter", Reporter),
+    ):
         events = child_events(chunks, call_id)
         path = f"{lead.path}/{child_kebab}/run-{call_id}"
         assert {(e.agent, e.run_id) for e in events} == {(path, f"agent-tool:{call_id}")}
@@ -48,12 +70,17 @@ async def test_parallel_agent_tools_stream_tagged_child_events_from_their_own_ac
     assert outputs["call-rep"] == {"title": "Ray actors", "score": 3}  # validated against output_schema
     summary_events = child_events(chunks, "call-sum")
     assert summary_events[-1].summary == "The child summary."
-    assert "".join(e.chunk.delta for e in summary_events
-                   if e.kind == "chunk" and e.chunk.type == "text-delta") == "The child summary."
+    assert (
+        "".join(e.chunk.delta for e in summary_events if e.kind == "chunk" and e.chunk.type == "text-delta")
+        == "The child summary."
+    )
 
     # Each child's rendezvous tool waited at a barrier for the other: the runs overlapped, in two processes.
-    met = [e.chunk.output for e in child_events(chunks, "call-sum") + child_events(chunks, "call-rep")
-           if e.kind == "chunk" and e.chunk.type == "tool-output-available"]
+    met = [
+        e.chunk.output
+        for e in child_events(chunks, "call-sum") + child_events(chunks, "call-rep")
+        if e.kind == "chunk" and e.chunk.type == "tool-output-available"
+    ]
     assert [m["met"] for m in met] == [True, True]
     pids = {m["pid"] for m in met}
     assert len(pids) == 2
@@ -87,8 +114,9 @@ async def test_reissuing_a_run_id_reattaches_instead_of_running_again(ray_runtim
 
 @pytest.mark.timeout(30)  # the child pauses 60 s unless the cancel reaches it
 async def test_cancelling_the_parent_cancels_the_child(ray_runtime: Any, unique: str) -> None:
-    lead = await ta.spawn(CancelLead, unique, model=ScriptedModel([
-        tool_call("slow_child", {"input": "take your time"}, id="call-slow")]))
+    lead = await ta.spawn(
+        CancelLead, unique, model=ScriptedModel([tool_call("slow_child", {"input": "take your time"}, id="call-slow")])
+    )
     child_path = f"{lead.path}/slow-child/run-call-slow"
 
     stream = lead.chat("delegate")
@@ -104,17 +132,19 @@ async def test_cancelling_the_parent_cancels_the_child(ray_runtime: Any, unique:
     again = await child.save_messages("again")
     assert (again.status, again.message.text if again.message else None) == ("completed", "child again")
     assert [(m.role, m.text) for m in await child.get_messages()] == [
-        ("user", "take your time"), ("assistant", "child partial"), ("user", "again"), ("assistant", "child again")]
+        ("user", "take your time"),
+        ("assistant", "child partial"),
+        ("user", "again"),
+        ("assistant", "child again"),
+    ]
     [stored] = await child.run_as_tool("agent-tool:call-slow", {"input": "take your time"}).collect()
     assert (stored.status, stored.summary) == ("aborted", "child partial")
 
 
 @pytest.mark.timeout(30)
 async def test_a_call_cycle_fails_fast_with_agent_cycle_error(ray_runtime: Any, unique: str) -> None:
-    a = await ta.spawn(CycleA, unique, model=ScriptedModel([tool_call("ask_b", {"question": "ping"}),
-                                                             text("A done")]))
-    b = await ta.spawn(CycleB, unique, model=ScriptedModel([tool_call("ask_a", {"question": "pong"}),
-                                                             text("B done")]))
+    a = await ta.spawn(CycleA, unique, model=ScriptedModel([tool_call("ask_b", {"question": "ping"}), text("A done")]))
+    b = await ta.spawn(CycleB, unique, model=ScriptedModel([tool_call("ask_a", {"question": "pong"}), text("B done")]))
 
     chunks = await a.chat("start").collect()
 

@@ -76,8 +76,11 @@ async def test_litellm_runs_in_the_model_server_pool_never_in_the_agent(ray_runt
     async with ScriptedOpenAIServer() as server:
         server.add_text("Hello from the server", chunk_size=4)
         for _ in range(2):
-            server.add_error(status=400, code="context_length_exceeded",
-                             message="This model's maximum context length is 8 tokens. You sent 9.")
+            server.add_error(
+                status=400,
+                code="context_length_exceeded",
+                message="This model's maximum context length is 8 tokens. You sent 9.",
+            )
         agent = await ta.spawn(ServerBacked, unique, model="openai/scripted", api_base=server.base_url)
 
         chunks = await agent.chat("hi").collect()

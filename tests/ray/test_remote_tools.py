@@ -14,9 +14,11 @@ from think_actors.testing import ScriptedModel, step, text, tool_call
 
 def calls(counter: str, namespace: str) -> Any:
     """One step calling all three remote tools."""
-    return step(tool_call("add_by_name", {"a": 2, "b": 3}, id="by-name"),
-                tool_call("add_by_handle", {"a": 4, "b": 3}, id="by-handle"),
-                tool_call("process_id", {"counter": counter, "namespace": namespace}, id="task"))
+    return step(
+        tool_call("add_by_name", {"a": 2, "b": 3}, id="by-name"),
+        tool_call("add_by_handle", {"a": 4, "b": 3}, id="by-handle"),
+        tool_call("process_id", {"counter": counter, "namespace": namespace}, id="task"),
+    )
 
 
 def outputs(chunks: list[Any]) -> dict[str, Any]:
@@ -24,8 +26,7 @@ def outputs(chunks: list[Any]) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(60)
-async def test_actor_and_task_tools_run_remotely_unless_a_hook_answers_for_them(
-        ray_runtime: Any, unique: str) -> None:
+async def test_actor_and_task_tools_run_remotely_unless_a_hook_answers_for_them(ray_runtime: Any, unique: str) -> None:
     namespace = ray_runtime.namespace
     counter_name = f"counter/{unique}"
     counter = Counter.options(name=counter_name, namespace=namespace, lifetime="detached").remote()

@@ -1,8 +1,8 @@
 """The multi-agent demo: a lead fans out to researchers in parallel on Ray; researchers use a tool actor.
 
-    python -m agents.demo                       # local Ray, scripted model
-    python -m agents.demo --model openai/gpt-4o-mini "Compare Ray actors and asyncio"
-    python -m agents.demo --address auto        # against a running cluster (scripts/start_cluster.sh)
+python -m agents.demo                       # local Ray, scripted model
+python -m agents.demo --model openai/gpt-4o-mini "Compare Ray actors and asyncio"
+python -m agents.demo --address auto        # against a running cluster (scripts/start_cluster.sh)
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ async def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     config = ta.init(args.address, data_dir=args.data_dir, quiet=not args.verbose)
-    library = LibraryService.options(name=LIBRARY_ACTOR, namespace=config.namespace, get_if_exists=True,
-                                     lifetime="detached").remote()
+    library = LibraryService.options(
+        name=LIBRARY_ACTOR, namespace=config.namespace, get_if_exists=True, lifetime="detached"
+    ).remote()
     lead = await ta.spawn(Lead, args.name)
     ready_s = time.perf_counter() - started
     model = args.model or "scripted team model"
@@ -125,14 +126,16 @@ async def run(args: argparse.Namespace) -> int:
     renderer.finish()
     wall = time.perf_counter() - turn_started
     stats = await library.stats.remote()
-    actors = [a for a in ray.util.list_named_actors(all_namespaces=True)
-              if a.get("namespace") == config.namespace] if hasattr(ray.util, "list_named_actors") else []
+    actors = (
+        [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == config.namespace]
+        if hasattr(ray.util, "list_named_actors")
+        else []
+    )
     children = sorted(a for a in renderer.agents if a != lead.path)
     print("\n── summary " + "─" * 50)
     print(f"  status       {status}")
     print(f"  agents       {len(renderer.agents)} ({lead.path} + {len(children)} researchers)")
-    print(f"  actors       {len(actors)} named in namespace {config.namespace!r} "
-          f"(agents, the library, model servers)")
+    print(f"  actors       {len(actors)} named in namespace {config.namespace!r} (agents, the library, model servers)")
     print(f"  turns        {renderer.turns}")
     print(f"  tool calls   {renderer.tool_calls} (library searches served: {stats['searches']})")
     print(f"  tokens       {renderer.tokens}" + (" (estimated by the scripted model)" if not args.model else ""))
@@ -146,8 +149,9 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agents.demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m agents.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("question", nargs="?", default=QUESTION)
     parser.add_argument("--model", help="a litellm model id for every agent (default: the scripted model)")
     parser.add_argument("--address", help="Ray address to join (e.g. auto); default: start local Ray")

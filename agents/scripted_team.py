@@ -9,6 +9,7 @@ researcher searches the library, then reports what it found. ``--model`` replace
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import uuid
@@ -45,10 +46,7 @@ class ScriptedTeamModel:
         messages = request.messages
         results = [m for m in messages if m.get("role") == "tool"]
         question = next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
-        if self.role == "lead":
-            plan = self._lead(question, results)
-        else:
-            plan = self._researcher(question, results)
+        plan = self._lead(question, results) if self.role == "lead" else self._researcher(question, results)
         out_chars = 0
         for item in plan:
             await asyncio.sleep(self.pace_s)
@@ -56,23 +54,24 @@ class ScriptedTeamModel:
             yield item
         in_chars = sum(len(str(m.get("content") or "")) for m in messages)
         calls = any(isinstance(e, ToolCallDelta) for e in plan)
-        yield FinishEvent("tool_calls" if calls else "stop",
-                          Usage(in_chars // 4, out_chars // 4, (in_chars + out_chars) // 4))
+        yield FinishEvent(
+            "tool_calls" if calls else "stop", Usage(in_chars // 4, out_chars // 4, (in_chars + out_chars) // 4)
+        )
 
     def _lead(self, question: str, results: list[dict[str, Any]]) -> list[Any]:
         if not results:
             subs = _sub_questions(str(question))
             intro = [TextDelta(p) for p in _words(f"I will research {len(subs)} parts in parallel. ")]
-            calls = [ToolCallDelta(i, f"call_{uuid.uuid4().hex[:12]}", "researcher", json.dumps({"input": q}))
-                     for i, q in enumerate(subs)]
+            calls = [
+                ToolCallDelta(i, f"call_{uuid.uuid4().hex[:12]}", "researcher", json.dumps({"input": q}))
+                for i, q in enumerate(subs)
+            ]
             return intro + calls
         lines = ["Here is what the team found:\n"]
         for r in results:
             report = str(r.get("content", ""))
-            try:
+            with contextlib.suppress(ValueError):
                 report = json.loads(report)
-            except ValueError:
-                pass
             lines.append(f"- {str(report).strip()}\n")
         lines.append("In short: keep state in actors, stream in batches, and persist before acknowledging.")
         return [TextDelta(p) for p in _words("".join(lines))]
@@ -80,7 +79,9 @@ class ScriptedTeamModel:
     def _researcher(self, question: str, results: list[dict[str, Any]]) -> list[Any]:
         if not results:
             query = re.sub(r"^What matters about\s+", "", str(question)).rstrip("?")
-            return [ToolCallDelta(0, f"call_{uuid.uuid4().hex[:12]}", "search", json.dumps({"query": query, "limit": 2}))]
+            return [
+                ToolCallDelta(0, f"call_{uuid.uuid4().hex[:12]}", "search", json.dumps({"query": query, "limit": 2}))
+            ]
         found = json.loads(results[-1]["content"]) if results[-1].get("content", "").startswith("[") else []
         if not found:
             return [TextDelta(p) for p in _words("The library has nothing on this; no claim made.")]

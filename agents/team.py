@@ -37,19 +37,24 @@ class Traced(ta.Think):
         self._trace("after_tool_call", tool=ctx.tool_name, success=ctx.success, ms=round(ctx.duration_ms, 1))
 
     async def on_step_finish(self, ctx: ta.StepResult) -> None:
-        self._trace("on_step_finish", step=ctx.step_number, finish=ctx.finish_reason,
-                    tokens=ctx.usage.total_tokens or 0)
+        self._trace(
+            "on_step_finish", step=ctx.step_number, finish=ctx.finish_reason, tokens=ctx.usage.total_tokens or 0
+        )
 
 
 class Researcher(Traced):
     model = REAL_MODEL or ScriptedTeamModel("researcher")
-    instructions = ("You research one question. Search the library first, then answer in two sentences, "
-                    "citing passage ids in brackets.")
+    instructions = (
+        "You research one question. Search the library first, then answer in two sentences, "
+        "citing passage ids in brackets."
+    )
     tools = [ta.actor_tool(LIBRARY_ACTOR, "search", actor_class=LibraryService)]
 
 
 class Lead(Traced):
     model = REAL_MODEL or ScriptedTeamModel("lead")
-    instructions = ("You lead a research team. Split the user's question into 2-4 sub-questions and call the "
-                    "researcher tool once per sub-question, all in the same step. Then answer from their reports.")
+    instructions = (
+        "You lead a research team. Split the user's question into 2-4 sub-questions and call the "
+        "researcher tool once per sub-question, all in the same step. Then answer from their reports."
+    )
     tools = [ta.agent_tool(Researcher, description="Research one sub-question and report with sources.")]

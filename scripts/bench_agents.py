@@ -18,10 +18,12 @@ async def lookup(city: str) -> dict[str, Any]:
 def stream_script(chunks: int, paced: bool) -> ScriptedModel:
     """Step 1: one tool call; step 2: ``chunks`` text chunks of 4 characters (the core benchmark's workload)."""
     pause = [delay(0.2)] if paced else []
-    return ScriptedModel([
-        step(*pause, tool_call("lookup", {"city": "Paris"})),
-        step(*pause, text("abcd" * chunks, chunk_size=4)),
-    ])
+    return ScriptedModel(
+        [
+            step(*pause, tool_call("lookup", {"city": "Paris"})),
+            step(*pause, text("abcd" * chunks, chunk_size=4)),
+        ]
+    )
 
 
 class StreamAgent(ta.Think):

@@ -24,10 +24,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
+import psutil
+from bench_agents import FanOutLead, StreamAgent, fan_out_script
 
-import think_actors as ta  # noqa: E402
-from bench_agents import FanOutLead, StreamAgent, fan_out_script  # noqa: E402
+import think_actors as ta
 
 CHUNKS = 500
 PACE_S = 0.2
@@ -102,11 +102,17 @@ async def main() -> None:
     for label, r in (("unpaced", unpaced), (f"paced {PACE_S * 1000:.0f} ms/step", paced)):
         print(f"(a) {CHUNKS}-chunk turn, {label}:")
         print(f"      in process   first chunk {r['local_ttfc'] * 1e3:7.2f} ms   turn {r['local_total'] * 1e3:8.2f} ms")
-        print(f"      driver<-actor first chunk {r['remote_ttfc'] * 1e3:7.2f} ms   turn {r['remote_total'] * 1e3:8.2f} ms")
-        print(f"      ratio {r['remote_total'] / r['local_total']:.2f} (target <= 1.3), "
-              f"first chunk added {(r['remote_ttfc'] - r['local_ttfc']) * 1e3:.2f} ms (target <= 5)")
-    print(f"(b) fan-out, children's model waits {PACE_S * 1000:.0f} ms per step: 1 child {one:.3f} s, "
-          f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)")
+        print(
+            f"      driver<-actor first chunk {r['remote_ttfc'] * 1e3:7.2f} ms   turn {r['remote_total'] * 1e3:8.2f} ms"
+        )
+        print(
+            f"      ratio {r['remote_total'] / r['local_total']:.2f} (target <= 1.3), "
+            f"first chunk added {(r['remote_ttfc'] - r['local_ttfc']) * 1e3:.2f} ms (target <= 5)"
+        )
+    print(
+        f"(b) fan-out, children's model waits {PACE_S * 1000:.0f} ms per step: 1 child {one:.3f} s, "
+        f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)"
+    )
     print(f"(c) idle agent actor: RSS {rss:.1f} MiB (target <= 60), USS {uss:.1f} MiB")
 
 

@@ -23,9 +23,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import think_actors as ta  # noqa: E402
-from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta  # noqa: E402
-from think_actors.testing import ScriptedModel, text, tool_call  # noqa: E402
+import think_actors as ta
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta
+from think_actors.testing import ScriptedModel, text, tool_call
 
 SMALL, LARGE = 200, 1000
 
@@ -107,14 +107,20 @@ async def main() -> None:
         per_chunk = (results[kind, LARGE] - results[kind, SMALL]) / (LARGE - SMALL)
         fixed = results[kind, SMALL] - SMALL * per_chunk
         rows[kind] = (per_chunk, fixed)
-        print(f"  {kind:8s} per chunk {per_chunk * 1e6:7.2f} µs   per turn (fixed) {fixed * 1e3:7.3f} ms"
-              f"   turn with {SMALL} chunks {results[kind, SMALL] * 1e3:7.3f} ms")
+        print(
+            f"  {kind:8s} per chunk {per_chunk * 1e6:7.2f} µs   per turn (fixed) {fixed * 1e3:7.3f} ms"
+            f"   turn with {SMALL} chunks {results[kind, SMALL] * 1e3:7.3f} ms"
+        )
     chunk_cost = rows["harness"][0] - rows["floor"][0]
     turn_cost = rows["harness"][1] - rows["floor"][1]
-    print(f"  harness cost over the floor: {chunk_cost * 1e6:.2f} µs per chunk (target ≤ 7), "
-          f"{turn_cost * 1e3:.3f} ms per turn (target ≤ 3)")
-    print(f"  ratios harness/floor: per chunk {rows['harness'][0] / rows['floor'][0]:.1f}x, "
-          f"per turn {rows['harness'][1] / max(rows['floor'][1], 1e-9):.1f}x")
+    print(
+        f"  harness cost over the floor: {chunk_cost * 1e6:.2f} µs per chunk (target ≤ 7), "
+        f"{turn_cost * 1e3:.3f} ms per turn (target ≤ 3)"
+    )
+    print(
+        f"  ratios harness/floor: per chunk {rows['harness'][0] / rows['floor'][0]:.1f}x, "
+        f"per turn {rows['harness'][1] / max(rows['floor'][1], 1e-9):.1f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -10,8 +10,8 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-import think_actors as ta  # noqa: E402
-from think_actors.testing import ScriptedModel  # noqa: E402
+import think_actors as ta
+from think_actors.testing import ScriptedModel
 
 
 @pytest.fixture

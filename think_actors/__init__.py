@@ -1,8 +1,8 @@
 """think_actors: LLM chat agents as Ray actors, with Cloudflare Think's turn and hook semantics."""
 
 from . import testing
+from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
-from .delegation import AgentRunResult, LocalAgentHandle, actor_tool, agent_tool
 from .chunks import (
     AbortChunk,
     AgentToolEventChunk,
@@ -24,6 +24,7 @@ from .chunks import (
     UIChunk,
     parse_chunk,
 )
+from .delegation import AgentRunResult, LocalAgentHandle, actor_tool, agent_tool
 from .errors import (
     AgentCycleError,
     AgentError,
@@ -68,7 +69,6 @@ from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store
-from ._turn.tool_calls import ToolRepairContext
 from .tools import ClientToolSchema, Tool, ToolContext, tool
 
 __version__ = "0.1.0"

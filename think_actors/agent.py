@@ -258,8 +258,14 @@ class Think:
         TurnQueue.check_not_nested(self, "chat")
         if request_id is not None and request_id in self._aborts:
             raise ConfigurationError(f"request id {request_id!r} is already in use by a live turn")
-        spec = self._spec("rpc", request_id, input=message, body=body, output=output,
-                          client_tools=_client_tools(client_tools, on_client_tool_call))
+        spec = self._spec(
+            "rpc",
+            request_id,
+            input=message,
+            body=body,
+            output=output,
+            client_tools=_client_tools(client_tools, on_client_tool_call),
+        )
         return ChatStream(self, spec)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
@@ -269,8 +275,13 @@ class Think:
         ``before_turn`` raising); stream errors come back as ``status="error"``.
         """
         TurnQueue.check_not_nested(self, "save_messages")
-        spec = self._spec("programmatic", None, input=messages if callable(messages) else normalize_input(messages),
-                          body=body, raise_setup_errors=True)
+        spec = self._spec(
+            "programmatic",
+            None,
+            input=messages if callable(messages) else normalize_input(messages),
+            body=body,
+            raise_setup_errors=True,
+        )
         return await self._drain(spec)
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
@@ -399,8 +410,13 @@ class Think:
 
     def _spec(self, trigger: str, request_id: str | None, **kwargs: Any) -> TurnSpec:
         request_id = request_id or new_id()
-        return TurnSpec(request_id=request_id, trigger=trigger, signal=self._aborts.signal(request_id),
-                        generation=self._queue.generation, **kwargs)
+        return TurnSpec(
+            request_id=request_id,
+            trigger=trigger,
+            signal=self._aborts.signal(request_id),
+            generation=self._queue.generation,
+            **kwargs,
+        )
 
     async def _drain(self, spec: TurnSpec) -> TurnResult:
         await self._ensure_started()
@@ -411,8 +427,14 @@ class Think:
             outcome.status = "aborted"
         if self._queue.generation != spec.generation and outcome.status == "completed":
             outcome.status = "skipped"
-        return TurnResult(request_id=spec.request_id, status=outcome.status, message=outcome.message,  # type: ignore[arg-type]
-                          error=outcome.error, continuation=spec.continuation, output=outcome.output)
+        return TurnResult(
+            request_id=spec.request_id,
+            status=outcome.status,  # type: ignore[arg-type]
+            message=outcome.message,
+            error=outcome.error,
+            continuation=spec.continuation,
+            output=outcome.output,
+        )
 
     def _overrides(self, hook: str) -> bool:
         return getattr(type(self), hook) is not getattr(Think, hook)
@@ -508,4 +530,3 @@ def _client_executor(executor: Any, name: str) -> Any:
         return result
 
     return run
-

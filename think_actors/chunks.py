@@ -358,8 +358,13 @@ def _apply_tool_result(part: ToolPart, chunk: Any) -> ToolPart | None:
     if part.state in SETTLED_STATES and not part.preliminary:
         return None
     if isinstance(chunk, ToolOutputAvailableChunk):
-        return part.model_copy(update={"state": "output-available", "output": chunk.output,
-                                       "preliminary": True if chunk.preliminary else None})
+        return part.model_copy(
+            update={
+                "state": "output-available",
+                "output": chunk.output,
+                "preliminary": True if chunk.preliminary else None,
+            }
+        )
     if isinstance(chunk, ToolOutputErrorChunk):
         return part.model_copy(update={"state": "output-error", "error_text": chunk.error_text, "preliminary": None})
     if isinstance(chunk, ToolOutputDeniedChunk):
@@ -407,7 +412,8 @@ class MessageAccumulator:
             return None
         handler = _HANDLERS.get(kind)
         if handler is not None:
-            return handler(self, chunk)
+            result: ToolUpdate | None = handler(self, chunk)
+            return result
         if kind.startswith("data-") and not chunk.transient:
             self._apply_data(chunk)
         return None
@@ -471,16 +477,18 @@ class MessageAccumulator:
             part = _new_tool_part(chunk, "input-streaming")
         if part.state in SETTLED_STATES:
             return
-        self._set_tool(part.model_copy(update={"state": "output-error", "input": chunk.input,
-                                               "error_text": chunk.error_text}))
+        self._set_tool(
+            part.model_copy(update={"state": "output-error", "input": chunk.input, "error_text": chunk.error_text})
+        )
         self._tool_input_text.pop(chunk.tool_call_id, None)
 
     def _on_approval_request(self, chunk: ToolApprovalRequestChunk) -> None:
         part = self._tool(chunk.tool_call_id)
         if part is None or part.state in SETTLED_STATES or part.state == "approval-responded":
             return
-        self._set_tool(part.model_copy(update={"state": "approval-requested",
-                                               "approval": ToolApproval(id=chunk.approval_id)}))
+        self._set_tool(
+            part.model_copy(update={"state": "approval-requested", "approval": ToolApproval(id=chunk.approval_id)})
+        )
 
     def _on_tool_result(self, chunk: Any) -> ToolUpdate | None:
         part = self._tool(chunk.tool_call_id)
@@ -539,7 +547,7 @@ def _new_tool_part(chunk: Any, state: str, input: Any = None) -> ToolPart:
         type="dynamic-tool" if dynamic else f"tool-{chunk.tool_name}",
         tool_name=chunk.tool_name if dynamic else None,
         tool_call_id=chunk.tool_call_id,
-        state=state,  # type: ignore[arg-type]
+        state=state,
         input=input,
         provider_executed=getattr(chunk, "provider_executed", None),
     )
@@ -561,10 +569,17 @@ _HANDLERS: dict[str, Any] = {
     "tool-output-error": MessageAccumulator._on_tool_result,
     "tool-output-denied": MessageAccumulator._on_tool_result,
     "source-url": lambda acc, c: acc._append(
-        SourceUrlPart(source_id=c.source_id, url=c.url, title=c.title, provider_metadata=c.provider_metadata)),
-    "source-document": lambda acc, c: acc._append(SourceDocumentPart(
-        source_id=c.source_id, media_type=c.media_type, title=c.title, filename=c.filename,
-        provider_metadata=c.provider_metadata)),
+        SourceUrlPart(source_id=c.source_id, url=c.url, title=c.title, provider_metadata=c.provider_metadata)
+    ),
+    "source-document": lambda acc, c: acc._append(
+        SourceDocumentPart(
+            source_id=c.source_id,
+            media_type=c.media_type,
+            title=c.title,
+            filename=c.filename,
+            provider_metadata=c.provider_metadata,
+        )
+    ),
     "file": lambda acc, c: acc._append(FilePart(url=c.url, media_type=c.media_type)),
     "message-metadata": lambda acc, c: acc._merge_metadata(c.message_metadata),
     "finish": lambda acc, c: acc._merge_metadata(c.message_metadata),

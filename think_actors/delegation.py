@@ -106,8 +106,11 @@ def agent_tool(
         child = await context.agent.sub_agent(agent_class, _run_name(context.tool_call_id))
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
-        emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id,
-                                 kind="started"))
+        emit(
+            AgentToolEventChunk(
+                agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id, kind="started"
+            )
+        )
         result: AgentRunResult | None = None
         sequence = 0
         stream = child.run_as_tool(run_id, value, output=output_schema)
@@ -117,8 +120,16 @@ def agent_tool(
                     result = item
                     break
                 sequence += 1
-                emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id,
-                                         run_id=run_id, kind="chunk", sequence=sequence, chunk=item))
+                emit(
+                    AgentToolEventChunk(
+                        agent=child.path,
+                        parent_tool_call_id=context.tool_call_id,
+                        run_id=run_id,
+                        kind="chunk",
+                        sequence=sequence,
+                        chunk=item,
+                    )
+                )
         except asyncio.CancelledError:
             # Cancellation does not cross processes by itself: tell the child to stop its run.
             await asyncio.shield(child.cancel_chat(run_id, "parent turn cancelled"))
@@ -130,12 +141,25 @@ def agent_tool(
         if result is None:
             result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
         kind = {"completed": "finished", "aborted": "aborted"}.get(result.status, "error")
-        emit(AgentToolEventChunk(agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id,
-                                 kind=kind, summary=result.summary, error=result.error))  # type: ignore[arg-type]
+        emit(
+            AgentToolEventChunk(
+                agent=child.path,
+                parent_tool_call_id=context.tool_call_id,
+                run_id=run_id,
+                kind=kind,
+                summary=result.summary,
+                error=result.error,
+            )
+        )
         if result.status == "completed":
             return result.output
-        return {"ok": False, "status": result.status, "error": result.error or result.status,
-                "retryable": False, "agent": child.path}
+        return {
+            "ok": False,
+            "status": result.status,
+            "error": result.error or result.status,
+            "retryable": False,
+            "agent": child.path,
+        }
 
     description_text = description
     tool = Tool(tool_name, description_text, schema, validator=validator, executor=execute)
@@ -206,8 +230,13 @@ def actor_tool(
             return await call_actor_method(target, method, kwargs, namespace)
         return await runtime.call_actor_method(target, method, kwargs, namespace)
 
-    return Tool(tool_name, description or described or f"Calls {method} on an actor.",
-                _strip_titles(validator.model_json_schema()), validator=validator, executor=execute)
+    return Tool(
+        tool_name,
+        description or described or f"Calls {method} on an actor.",
+        _strip_titles(validator.model_json_schema()),
+        validator=validator,
+        executor=execute,
+    )
 
 
 Executor = Callable[[Any, ToolContext], Any]

@@ -36,7 +36,6 @@ __all__ = ["AgentHandle", "RuntimeConfig", "get", "init", "is_initialized", "shu
 log = logging.getLogger("think_actors")
 
 
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RuntimeConfig:
     """How agent actors are created; shipped to every actor that creates more actors."""
@@ -108,14 +107,22 @@ def init(
             kwargs["num_cpus"] = num_cpus
             # Workers import agent classes by module name: give them the driver's import path.
             paths = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
-            kwargs["runtime_env"] = {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
-                                                  "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                                                  "THINK_ACTORS_DATA_DIR": resolved_dir}}
+            kwargs["runtime_env"] = {
+                "env_vars": {
+                    "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "THINK_ACTORS_DATA_DIR": resolved_dir,
+                }
+            }
         kwargs.update(ray_kwargs)
         ray.init(**kwargs)
-    _config = RuntimeConfig(namespace=namespace, data_dir=resolved_dir, model_pool_size=model_pool_size,
-                            max_restarts=max_restarts,
-                            log_level=logging.WARNING if quiet else logging.INFO)
+    _config = RuntimeConfig(
+        namespace=namespace,
+        data_dir=resolved_dir,
+        model_pool_size=model_pool_size,
+        max_restarts=max_restarts,
+        log_level=logging.WARNING if quiet else logging.INFO,
+    )
     return _config
 
 
@@ -152,13 +159,15 @@ def _actor_options(config: RuntimeConfig, path: str) -> dict[str, Any]:
     }
 
 
-async def _spawn_path(agent_class: type[Think], name: str, path: str, options: dict[str, Any],
-                      config: RuntimeConfig) -> AgentHandle:
+async def _spawn_path(
+    agent_class: type[Think], name: str, path: str, options: dict[str, Any], config: RuntimeConfig
+) -> AgentHandle:
     if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
         raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
     options = dict(options)
     options.setdefault("data_dir", config.data_dir)
-    actor = AgentHost.options(**_actor_options(config, path)).remote(agent_class, name, path, options, config)
+    host: Any = AgentHost
+    actor = host.options(**_actor_options(config, path)).remote(agent_class, name, path, options, config)
     handle = AgentHandle(actor, path, agent_class.__name__)
     await handle._ready()
     return handle
@@ -254,8 +263,16 @@ class AgentHandle:
         """``{"path", "pid", "node_id", "messages"}`` of the live actor."""
         return await self._ready()
 
-    def chat(self, message: Any = "", *, client_tools: Any = None, body: dict[str, Any] | None = None,
-             request_id: str | None = None, output: Any = None, on_client_tool_call: Any = None) -> RemoteStream:
+    def chat(
+        self,
+        message: Any = "",
+        *,
+        client_tools: Any = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+        output: Any = None,
+        on_client_tool_call: Any = None,
+    ) -> RemoteStream:
         """Stream a turn of the agent (chunks arrive in batches and are unbatched here)."""
         if on_client_tool_call is not None:
             raise ConfigurationError("on_client_tool_call runs in the caller's process; it cannot cross actors")
@@ -263,13 +280,16 @@ class AgentHandle:
 
         request_id = request_id or new_id()
         generator = self._actor.chat.options(num_returns="streaming").remote(
-            message, {"client_tools": client_tools, "body": body, "request_id": request_id, "output": output},
-            chain.CHAIN.get())
+            message,
+            {"client_tools": client_tools, "body": body, "request_id": request_id, "output": output},
+            chain.CHAIN.get(),
+        )
         return RemoteStream(generator, request_id)
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
-        generator = self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output,
-                                                                                      chain.CHAIN.get())
+        generator = self._actor.run_as_tool.options(num_returns="streaming").remote(
+            run_id, input, output, chain.CHAIN.get()
+        )
         return RemoteStream(generator, run_id)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
@@ -387,17 +407,17 @@ async def _batches(source: AsyncIterator[Any], config: RuntimeConfig) -> AsyncIt
 
 def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
     if path in callers:
-        cycle = [*callers[callers.index(path):], path]
-        raise AgentCycleError(f"agent call cycle: {' -> '.join(cycle)} (an agent waits for itself)",
-                              agent=path, cycle=cycle)
+        cycle = [*callers[callers.index(path) :], path]
+        raise AgentCycleError(
+            f"agent call cycle: {' -> '.join(cycle)} (an agent waits for itself)", agent=path, cycle=cycle
+        )
 
 
 @ray.remote
 class AgentHost:
     """Hosts one Think agent in an async actor."""
 
-    def __init__(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any],
-                 config: RuntimeConfig):
+    def __init__(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any], config: RuntimeConfig):
         _process_setup(config)
         self.config = config
         self.agent = agent_class(name, path=path, **options)
@@ -406,10 +426,16 @@ class AgentHost:
 
     async def ready(self) -> dict[str, Any]:
         await self.agent._ensure_started()
-        return {"path": self.path, "pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id(),
-                "messages": len(self.agent._messages)}
+        return {
+            "path": self.path,
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "messages": len(self.agent._messages),
+        }
 
-    async def chat(self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+    async def chat(
+        self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]
+    ) -> AsyncIterator[list[Any]]:
         _check_cycle(self.path, caller_chain)
         await self.agent._ensure_started()
         chain.CHAIN.set((*caller_chain, self.path))
@@ -417,14 +443,17 @@ class AgentHost:
         async for batch in _batches(stream.__aiter__(), self.config):
             yield batch
 
-    async def run_as_tool(self, run_id: str, input: Any, output: Any,
-                          caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+    async def run_as_tool(
+        self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
+    ) -> AsyncIterator[list[Any]]:
         _check_cycle(self.path, caller_chain)
         chain.CHAIN.set((*caller_chain, self.path))
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
-    async def save_messages(self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
+    async def save_messages(
+        self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]
+    ) -> TurnResult:
         _check_cycle(self.path, caller_chain)
         chain.CHAIN.set((*caller_chain, self.path))
         return await self.agent.save_messages(messages, body=body)
@@ -466,7 +495,8 @@ class _ActorRuntime:
         if fn is None or inspect.ismethod(fn) or tool.context_param:
             raise ConfigurationError(
                 f"tool {tool.name!r} has Ray resources, so it runs as a task: make it a module-level function "
-                "without a ToolContext parameter")
+                "without a ToolContext parameter"
+            )
         kwargs = {k: getattr(value, k) for k in type(value).model_fields} if hasattr(value, "model_fields") else value
         remote = self._task_functions.get(id(tool))
         if remote is None:
@@ -492,7 +522,7 @@ async def call_actor_method(target: Any, method: str, kwargs: dict[str, Any], na
     return await _call(getattr(actor, method).remote(**kwargs))
 
 
-@ray.remote(num_cpus=0, max_concurrency=100)
+@ray.remote(num_cpus=0, max_concurrency=100)  # type: ignore[call-overload]
 class ModelServer:
     """Serves litellm model calls for the agents of one node (they never import litellm themselves)."""
 
@@ -536,13 +566,14 @@ class _PoolResolver:
 
             node = ray.get_runtime_context().get_node_id()
             servers = [
-                ModelServer.options(
-                    name=f"think_actors/model-server/{node}/{i}", namespace=self.config.namespace,
-                    get_if_exists=True, lifetime="detached",
+                ModelServer.options(  # type: ignore[attr-defined]
+                    name=f"think_actors/model-server/{node}/{i}",
+                    namespace=self.config.namespace,
+                    get_if_exists=True,
+                    lifetime="detached",
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                 ).remote(self.config)
                 for i in range(max(1, self.config.model_pool_size))
             ]
             self._client = _PooledModel(servers)
         return self._client
-

@@ -194,8 +194,8 @@ class Tool:
             result = await result
         if isinstance(result, AsyncIterator) or hasattr(result, "__aiter__"):
             last = None
-            async for last in result:
-                pass
+            async for item in result:
+                last = item
             result = last
         return _jsonable(result)
 

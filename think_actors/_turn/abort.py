@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 
 class AbortSignal:
@@ -14,7 +15,7 @@ class AbortSignal:
     def __init__(self) -> None:
         self.aborted = False
         self.reason: str | None = None
-        self._task: asyncio.Task[object] | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._waiting = False
 
     def abort(self, reason: str | None = None) -> None:
@@ -27,7 +28,7 @@ class AbortSignal:
 
     def enter_wait(self) -> None:
         """Mark that the current task now waits inside the engine (safe to cancel)."""
-        self._task = asyncio.current_task()  # type: ignore[assignment]
+        self._task = asyncio.current_task()
         self._waiting = True
 
     def leave_wait(self) -> None:

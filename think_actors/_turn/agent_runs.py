@@ -69,18 +69,33 @@ async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: A
             run.changed.set()
     finally:
         outcome = stream._spec.outcome
-        status = "completed" if outcome.status == "completed" and error is None else (
-            "aborted" if outcome.status == "aborted" else "error")
+        status = (
+            "completed"
+            if outcome.status == "completed" and error is None
+            else ("aborted" if outcome.status == "aborted" else "error")
+        )
         summary = outcome.message.text if outcome.message is not None else ""
         result_output = _jsonable(outcome.output) if output is not None else summary
-        run.result = AgentRunResult(run_id=run_id, status=status, summary=summary, output=result_output,
-                                    error=error or outcome.error if status != "completed" else None)
+        run.result = AgentRunResult(
+            run_id=run_id,
+            status=status,
+            summary=summary,
+            output=result_output,
+            error=error or outcome.error if status != "completed" else None,
+        )
         if status == "error" and outcome.status == "skipped":
-            run.result = AgentRunResult(run_id=run_id, status="error", summary=summary,
-                                        error="the run was skipped by a reset")
-        await agent.store.set_kv(_KV_PREFIX + run_id, {
-            "status": run.result.status, "summary": run.result.summary, "output": run.result.output,
-            "error": run.result.error})
+            run.result = AgentRunResult(
+                run_id=run_id, status="error", summary=summary, error="the run was skipped by a reset"
+            )
+        await agent.store.set_kv(
+            _KV_PREFIX + run_id,
+            {
+                "status": run.result.status,
+                "summary": run.result.summary,
+                "output": run.result.output,
+                "error": run.result.error,
+            },
+        )
         run.changed.set()
         agent._agent_runs.pop(run_id, None)
 

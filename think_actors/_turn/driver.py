@@ -10,7 +10,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +87,10 @@ def _output_format(output: Any) -> dict[str, Any] | None:
     if output is None:
         return None
     if isinstance(output, type) and issubclass(output, BaseModel):
-        return {"type": "json_schema",
-                "json_schema": {"name": output.__name__, "schema": output.model_json_schema(), "strict": False}}
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": output.__name__, "schema": output.model_json_schema(), "strict": False},
+        }
     if isinstance(output, dict):
         return output
     raise ConfigurationError("TurnConfig.output must be a pydantic model class or a response_format dict")
@@ -101,20 +103,33 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         await agent._replace_message(message)
     model_messages = to_model_messages(truncate_older(repaired))
     if not model_messages:
-        raise NoMessagesError("No messages to send to the model: the transcript is empty", stage="turn",
-                              messages_persisted=True, request_id=spec.request_id)
+        raise NoMessagesError(
+            "No messages to send to the model: the transcript is empty",
+            stage="turn",
+            messages_persisted=True,
+            request_id=spec.request_id,
+        )
     tools = agent._collect_tools()
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model
     system = agent.get_system_prompt(tools)
-    ctx = TurnContext(request_id=spec.request_id, system=system, messages=model_messages, tools=dict(tools),
-                      model=model, continuation=spec.continuation, body=spec.body, trigger=spec.trigger)
+    ctx = TurnContext(
+        request_id=spec.request_id,
+        system=system,
+        messages=model_messages,
+        tools=dict(tools),
+        model=model,
+        continuation=spec.continuation,
+        body=spec.body,
+        trigger=spec.trigger,
+    )
     cfg = await agent.before_turn(ctx) or TurnConfig()
     if cfg.model is None and model is None:
         raise ConfigurationError(
             f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",
-            request_id=spec.request_id)
+            request_id=spec.request_id,
+        )
     if cfg.tools:
         for extra in cfg.tools:
             tools[extra.name] = extra.bind(agent)
@@ -123,11 +138,20 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
     elif cfg.tools or cfg.active_tools is not None:
         offered = {n: t for n, t in tools.items() if cfg.active_tools is None or n in cfg.active_tools}
         system = agent.get_system_prompt(offered)
-    params = {k: v for k, v in (
-        ("temperature", cfg.temperature), ("top_p", cfg.top_p), ("top_k", cfg.top_k),
-        ("presence_penalty", cfg.presence_penalty), ("frequency_penalty", cfg.frequency_penalty),
-        ("stop", list(cfg.stop_sequences) if cfg.stop_sequences else None), ("seed", cfg.seed),
-        ("max_tokens", cfg.max_output_tokens)) if v is not None}
+    params = {
+        k: v
+        for k, v in (
+            ("temperature", cfg.temperature),
+            ("top_p", cfg.top_p),
+            ("top_k", cfg.top_k),
+            ("presence_penalty", cfg.presence_penalty),
+            ("frequency_penalty", cfg.frequency_penalty),
+            ("stop", list(cfg.stop_sequences) if cfg.stop_sequences else None),
+            ("seed", cfg.seed),
+            ("max_tokens", cfg.max_output_tokens),
+        )
+        if v is not None
+    }
     return TurnRun(
         agent=agent,
         request_id=spec.request_id,
@@ -190,8 +214,9 @@ async def turn_stream(agent: Think, spec: TurnSpec) -> AsyncIterator[Any]:
                 if spec.raise_setup_errors:
                     outcome.error = str(err)
                     raise
-                report = await agent._report_error(err, ChatErrorContext(
-                    request_id=spec.request_id, stage="turn", messages_persisted=True))
+                report = await agent._report_error(
+                    err, ChatErrorContext(request_id=spec.request_id, stage="turn", messages_persisted=True)
+                )
                 outcome.error = report
                 yield ErrorChunk(error_text=report)
                 return
@@ -206,7 +231,7 @@ async def turn_stream(agent: Think, spec: TurnSpec) -> AsyncIterator[Any]:
         agent._aborts.remove(spec.request_id)
 
 
-async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncIterator[Any]:
+async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncGenerator[Any, None]:
     outcome = spec.outcome
     signal = spec.signal
     acc = MessageAccumulator(new_id(), continuation=spec.continuation)
@@ -268,8 +293,9 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncIterator[A
         outcome.message = message
     if thrown is not None:
         log.exception("turn %s failed while streaming", spec.request_id, exc_info=thrown)
-        error_text = await agent._report_error(thrown, ChatErrorContext(
-            request_id=spec.request_id, stage="stream", messages_persisted=True))
+        error_text = await agent._report_error(
+            thrown, ChatErrorContext(request_id=spec.request_id, stage="stream", messages_persisted=True)
+        )
         if can_yield:
             yield ErrorChunk(error_text=error_text)
     if status == "completed" and run.output_type is not None:
@@ -280,8 +306,14 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncIterator[A
     outcome.status = status
     outcome.error = error_text
     if current and (thrown is None or acc.has_content):
-        await agent._fire_response(ChatResponseResult(
-            request_id=spec.request_id, message=message, status=status,  # type: ignore[arg-type]
-            continuation=spec.continuation, error=error_text))
+        await agent._fire_response(
+            ChatResponseResult(
+                request_id=spec.request_id,
+                message=message,
+                status=status,  # type: ignore[arg-type]
+                continuation=spec.continuation,
+                error=error_text,
+            )
+        )
     if external_cancel:
         raise asyncio.CancelledError

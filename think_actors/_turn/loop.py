@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ..chunks import (
@@ -50,8 +50,14 @@ def _step_messages(text: str, calls: list[Any], results: list[ToolResult]) -> li
     entry: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         entry["tool_calls"] = [
-            {"id": c.tool_call_id, "type": "function",
-             "function": {"name": c.tool_name, "arguments": json.dumps(c.input if isinstance(c.input, dict) else {})}}
+            {
+                "id": c.tool_call_id,
+                "type": "function",
+                "function": {
+                    "name": c.tool_name,
+                    "arguments": json.dumps(c.input if isinstance(c.input, dict) else {}),
+                },
+            }
             for c in calls
         ]
     out = [entry]
@@ -61,22 +67,33 @@ def _step_messages(text: str, calls: list[Any], results: list[ToolResult]) -> li
             content = f"Error: {c.error}"
         else:
             r = by_id[c.tool_call_id]
-            content = f"Error: {r.error}" if r.error is not None else (
-                r.output if isinstance(r.output, str) else json.dumps(r.output, default=str))
+            content = (
+                f"Error: {r.error}"
+                if r.error is not None
+                else (r.output if isinstance(r.output, str) else json.dumps(r.output, default=str))
+            )
         out.append({"role": "tool", "tool_call_id": c.tool_call_id, "content": content})
     return out
 
 
-async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
+async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     agent = run.agent
     on_chunk = run.on_chunk
     signal = run.signal
     for step_number in range(run.max_steps):
         run.step_number = step_number
-        step_cfg = await agent.before_step(
-            StepContext(request_id=run.request_id, step_number=step_number, steps=tuple(run.steps), model=run.model,
-                        messages=run.messages)
-        ) or StepConfig()
+        step_cfg = (
+            await agent.before_step(
+                StepContext(
+                    request_id=run.request_id,
+                    step_number=step_number,
+                    steps=tuple(run.steps),
+                    model=run.model,
+                    messages=run.messages,
+                )
+            )
+            or StepConfig()
+        )
         client, model_id = resolve_model(step_cfg.model or run.model)
         system = step_cfg.instructions or step_cfg.system or run.system
         messages = step_cfg.messages if step_cfg.messages is not None else run.messages
@@ -113,8 +130,7 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
                     break
                 finally:
                     signal.leave_wait()
-                kind = type(event)
-                if kind is TextDelta:
+                if isinstance(event, TextDelta):
                     if text_id is None:
                         if reasoning_id is not None:  # reasoning ends where the answer starts
                             yield ReasoningEndChunk(id=reasoning_id)
@@ -123,38 +139,59 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
                         yield TextStartChunk(id=text_id)
                     texts.append(event.text)
                     if on_chunk is not None:
-                        await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
-                                                    type="text-delta", text=event.text))
+                        await on_chunk(
+                            ChunkContext(
+                                request_id=run.request_id, step_number=step_number, type="text-delta", text=event.text
+                            )
+                        )
                     yield _new_text(id=text_id, delta=event.text, type="text-delta")
-                elif kind is ReasoningDelta:
+                elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:
-                        await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
-                                                    type="reasoning-delta", text=event.text))
+                        await on_chunk(
+                            ChunkContext(
+                                request_id=run.request_id,
+                                step_number=step_number,
+                                type="reasoning-delta",
+                                text=event.text,
+                            )
+                        )
                     if run.send_reasoning:
                         if reasoning_id is None:
                             reasoning_id = new_id()
                             yield ReasoningStartChunk(id=reasoning_id)
                         yield _new_reasoning(id=reasoning_id, delta=event.text, type="reasoning-delta")
-                elif kind is ToolCallDelta:
+                elif isinstance(event, ToolCallDelta):
                     entry = raw_calls.get(event.index)
                     if entry is None:
                         entry = raw_calls[event.index] = [event.id or new_id(), event.name or "", []]
                         if on_chunk is not None:
-                            await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
-                                                        type="tool-input-start", tool_call_id=entry[0],
-                                                        tool_name=entry[1]))
+                            await on_chunk(
+                                ChunkContext(
+                                    request_id=run.request_id,
+                                    step_number=step_number,
+                                    type="tool-input-start",
+                                    tool_call_id=entry[0],
+                                    tool_name=entry[1],
+                                )
+                            )
                         yield ToolInputStartChunk(tool_call_id=entry[0], tool_name=entry[1])
                     elif event.name and not entry[1]:
                         entry[1] = event.name
                     if event.arguments:
                         entry[2].append(event.arguments)
                         if on_chunk is not None:
-                            await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
-                                                        type="tool-input-delta", tool_call_id=entry[0],
-                                                        text=event.arguments))
+                            await on_chunk(
+                                ChunkContext(
+                                    request_id=run.request_id,
+                                    step_number=step_number,
+                                    type="tool-input-delta",
+                                    tool_call_id=entry[0],
+                                    text=event.arguments,
+                                )
+                            )
                         yield ToolInputDeltaChunk(tool_call_id=entry[0], input_text_delta=event.arguments)
-                elif kind is FinishEvent:
+                elif isinstance(event, FinishEvent):
                     finish_reason = event.finish_reason or finish_reason
                     usage = event.usage or usage
         finally:
@@ -169,9 +206,16 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
         calls = await parse_calls(run, [(c[0], c[1], "".join(c[2])) for _, c in sorted(raw_calls.items())])
         for call in calls:
             if on_chunk is not None:
-                await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number, type="tool-call",
-                                            tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                                            input=call.input))
+                await on_chunk(
+                    ChunkContext(
+                        request_id=run.request_id,
+                        step_number=step_number,
+                        type="tool-call",
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        input=call.input,
+                    )
+                )
             yield input_chunk(call)
         runnable = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
         results: list[ToolResult] = []
@@ -184,16 +228,25 @@ async def run_steps(run: TurnRun) -> AsyncIterator[Any]:
                 await executing.aclose()
             if on_chunk is not None:
                 for r in results:
-                    await on_chunk(ChunkContext(request_id=run.request_id, step_number=step_number,
-                                                type="tool-result", tool_call_id=r.tool_call_id,
-                                                tool_name=r.tool_name, input=r.input, output=r.output))
+                    await on_chunk(
+                        ChunkContext(
+                            request_id=run.request_id,
+                            step_number=step_number,
+                            type="tool-result",
+                            tool_call_id=r.tool_call_id,
+                            tool_name=r.tool_name,
+                            input=r.input,
+                            output=r.output,
+                        )
+                    )
         text = "".join(texts)
         result = StepResult(
             step_number=step_number,
             text=text,
             reasoning="".join(reasoning),
-            tool_calls=tuple(ToolCall(tool_call_id=c.tool_call_id, tool_name=c.tool_name, input=c.input)
-                             for c in calls),
+            tool_calls=tuple(
+                ToolCall(tool_call_id=c.tool_call_id, tool_name=c.tool_name, input=c.input) for c in calls
+            ),
             tool_results=tuple(results),
             finish_reason=finish_reason,
             usage=usage,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -82,8 +82,14 @@ async def parse_calls(run: TurnRun, raw_calls: list[tuple[str, str, str]]) -> li
             _check(call, run.tools)
         if call.error is not None and run.repair_tool_call is not None:
             repaired = await run.repair_tool_call(
-                ToolRepairContext(tool_call_id=tool_call_id, tool_name=name, input=call.input, raw_arguments=raw,
-                                  error=call.error, tools=run.tools)
+                ToolRepairContext(
+                    tool_call_id=tool_call_id,
+                    tool_name=name,
+                    input=call.input,
+                    raw_arguments=raw,
+                    error=call.error,
+                    tools=run.tools,
+                )
             )
             if repaired is not None:
                 if isinstance(repaired, dict) and "tool_name" in repaired and "input" in repaired:
@@ -97,8 +103,9 @@ async def parse_calls(run: TurnRun, raw_calls: list[tuple[str, str, str]]) -> li
 
 def input_chunk(call: ParsedCall) -> Any:
     if call.error is not None:
-        return ToolInputErrorChunk(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input,
-                                   error_text=call.error)
+        return ToolInputErrorChunk(
+            tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, error_text=call.error
+        )
     return ToolInputAvailableChunk(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input)
 
 
@@ -115,8 +122,14 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
     started = time.perf_counter()
     output: Any = None
     error: str | None = None
-    ctx = ToolCallContext(request_id=run.request_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                          input=_as_input(call.validated), step_number=run.step_number, messages=run.messages)
+    ctx = ToolCallContext(
+        request_id=run.request_id,
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        input=_as_input(call.validated),
+        step_number=run.step_number,
+        messages=run.messages,
+    )
     try:
         decision = await agent.before_tool_call(ctx)
         if isinstance(decision, Block):
@@ -125,8 +138,14 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
             output = _jsonable(decision.output)
         else:
             value = decision.input if isinstance(decision, Allow) and decision.replaces_input else call.validated
-            context = ToolContext(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                                  request_id=run.request_id, agent=agent, messages=run.messages, emit=emit)
+            context = ToolContext(
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                request_id=run.request_id,
+                agent=agent,
+                messages=run.messages,
+                emit=emit,
+            )
             result = agent._start_tool(tool, value, context)
             if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
                 async for item in result:
@@ -147,15 +166,24 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
     else:
         emit(ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=error))
     await agent.after_tool_call(
-        ToolCallResultContext(request_id=run.request_id, tool_call_id=call.tool_call_id, tool_name=call.tool_name,
-                              input=call.input, step_number=run.step_number, success=error is None, output=output,
-                              error=error, duration_ms=duration_ms)
+        ToolCallResultContext(
+            request_id=run.request_id,
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            input=call.input,
+            step_number=run.step_number,
+            success=error is None,
+            output=output,
+            error=error,
+            duration_ms=duration_ms,
+        )
     )
-    return ToolResult(tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, output=output,
-                      error=error)
+    return ToolResult(
+        tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, output=output, error=error
+    )
 
 
-async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolResult]) -> AsyncIterator[Any]:
+async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolResult]) -> AsyncGenerator[Any, None]:
     """Run every executable call concurrently, yielding their chunks as they come; fills ``results``."""
     if len(calls) == 1 and not calls[0].tool.streaming and calls[0].tool.executor is None:  # type: ignore[union-attr]
         # One plain call: no queue, no task (the common case, and the benchmark's).

@@ -31,8 +31,6 @@ from ..models import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolC
 from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
-_new_text = TextDeltaChunk.model_construct
-_new_reasoning = ReasoningDeltaChunk.model_construct
 
 
 async def _stop(run: TurnRun) -> bool:
@@ -144,7 +142,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                                 request_id=run.request_id, step_number=step_number, type="text-delta", text=event.text
                             )
                         )
-                    yield _new_text(id=text_id, delta=event.text, type="text-delta")
+                    yield TextDeltaChunk(id=text_id, delta=event.text)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:
@@ -160,7 +158,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         if reasoning_id is None:
                             reasoning_id = new_id()
                             yield ReasoningStartChunk(id=reasoning_id)
-                        yield _new_reasoning(id=reasoning_id, delta=event.text, type="reasoning-delta")
+                        yield ReasoningDeltaChunk(id=reasoning_id, delta=event.text)
                 elif isinstance(event, ToolCallDelta):
                     entry = raw_calls.get(event.index)
                     if entry is None:

@@ -12,7 +12,6 @@ import asyncio
 import os
 import sys
 import time
-from collections import defaultdict
 from typing import Any
 
 QUESTION = "Compare Ray actors and asyncio for serving many agents"
@@ -23,8 +22,9 @@ class Renderer:
 
     COLORS = ["\033[36m", "\033[33m", "\033[35m", "\033[32m", "\033[34m", "\033[91m"]
 
-    def __init__(self, color: bool):
+    def __init__(self, color: bool, root: str = ""):
         self.color = color
+        self.root = root
         self.line_owner: str | None = None
         self.palette: dict[str, str] = {}
         self.agents: set[str] = set()
@@ -33,6 +33,9 @@ class Renderer:
         self.tokens = 0
 
     def _tag(self, agent: str) -> str:
+        # Children are shown relative to the lead: "researcher/run-call_81ab" rather than the whole path.
+        if self.root and agent.startswith(self.root + "/"):
+            agent = "└ " + agent[len(self.root) + 1 :]
         if not self.color:
             return f"[{agent}]"
         color = self.palette.setdefault(agent, self.COLORS[len(self.palette) % len(self.COLORS)])
@@ -55,7 +58,7 @@ class Renderer:
             self._end_text()
             print(f"{self._tag(agent)} ", end="")
             self.line_owner = agent
-        print(delta.replace("\n", "\n" + " " * (len(agent) + 3)), end="", flush=True)
+        print(delta.replace("\n", "\n    "), end="", flush=True)
 
     def show(self, agent: str, chunk: Any) -> None:
         self.agents.add(agent)
@@ -115,7 +118,7 @@ async def run(args: argparse.Namespace) -> int:
     ready_s = time.perf_counter() - started
     model = args.model or "scripted team model"
     print(f"think_actors demo — Ray ready in {ready_s:.1f}s, model: {model}\n", flush=True)
-    renderer = Renderer(color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    renderer = Renderer(color=sys.stdout.isatty() and not os.environ.get("NO_COLOR"), root=lead.path)
     print(f"{renderer._tag('you')} {args.question}", flush=True)
     turn_started = time.perf_counter()
     status = "completed"
@@ -140,9 +143,6 @@ async def run(args: argparse.Namespace) -> int:
     print(f"  tool calls   {renderer.tool_calls} (library searches served: {stats['searches']})")
     print(f"  tokens       {renderer.tokens}" + (" (estimated by the scripted model)" if not args.model else ""))
     print(f"  wall time    {wall:.2f}s for the turn, {time.perf_counter() - started:.1f}s in all")
-    per_agent: dict[str, int] = defaultdict(int)
-    for agent in renderer.agents:
-        per_agent[agent] += 1
     if args.address is None:
         ta.shutdown()
     return 0 if status == "completed" else 1

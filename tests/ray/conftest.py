@@ -1,15 +1,20 @@
 """One Ray for the whole session (address="local", no dashboard).
 
-``ta.shutdown()`` stops the local cluster this session started. No ``ray stop --force`` here: it would also kill
-every other Ray on the machine (a concurrent benchmark, another test run); CI runs it after the suite instead.
+``ta.shutdown()`` stops the local cluster this session started. Under CI (``CI`` set) the teardown also runs
+``ray stop --force`` so nothing survives a crashed worker; on a developer's machine it does not, since it would
+kill every other Ray there (a benchmark, another test run). ``.ci/run`` runs it again after the suite.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +29,9 @@ def ray_runtime() -> Iterator[object]:
         yield config
     finally:
         ta.shutdown()
+        if os.environ.get("CI"):
+            ray_cli = Path(sys.executable).with_name("ray")
+            subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, check=False, timeout=60)
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -33,8 +33,9 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Benchmarks: harness cost per turn and per chunk vs a bare asyncio loop
+bench: $(STAMP) ## Benchmarks: in-process harness vs a bare asyncio loop; Ray streaming, fan-out, actor memory
 	$(PY) scripts/bench_turn.py
+	$(PY) scripts/bench_ray.py
 
 clean: ## Remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

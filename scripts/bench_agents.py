@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from typing import Any
+
+import ray
 
 import think_actors as ta
 from think_actors.models import FinishEvent, ModelEvent, ModelRequest, TextDelta, Usage
@@ -73,3 +76,15 @@ def fan_out_script(children: int, turns: int) -> ScriptedModel:
     for _ in range(turns):
         steps += [tool_call("ask_all", {"question": "q", "children": children}), text("done")]
     return ScriptedModel(steps)
+
+
+@ray.remote(num_cpus=0)
+class BareActor:
+    """The baseline: an idle async Ray actor that imports nothing of think_actors."""
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def stream(self, items: int) -> AsyncIterator[list[int]]:
+        for _ in range(items):
+            yield [0]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
-from bench_agents import FanOutLead, StreamAgent, fan_out_script
+from bench_agents import BareActor, FanOutLead, StreamAgent, fan_out_script
 
 import think_actors as ta
 
@@ -68,6 +68,25 @@ async def bench_stream(turns: int, paced: bool, data_dir: str) -> dict[str, floa
     return out
 
 
+async def bench_ray_floor(turns: int) -> float:
+    """A bare actor streaming two one-element items: Ray's own cost of a streamed call like a turn's."""
+    actor = BareActor.remote()  # type: ignore[attr-defined]
+    await actor.pid.remote()
+    times = []
+    for _ in range(turns + 3):
+        start = time.perf_counter()
+        async for ref in actor.stream.options(num_returns="streaming").remote(2):
+            await ref
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[3:])
+
+
+def memory(pid: int) -> tuple[float, float, float]:
+    """RSS, USS and PSS of a process in MiB."""
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / 2**20, info.uss / 2**20, info.pss / 2**20
+
+
 async def bench_fan_out(children: int, turns: int) -> float:
     lead = await ta.spawn(FanOutLead, f"fan-{children}-{time.time_ns()}", model=fan_out_script(children, turns + 1))
     await lead.save_messages("warm up")  # creates the children's actors
@@ -91,11 +110,13 @@ async def main() -> None:
             paced = await bench_stream(max(3, args.turns // 4), True, data_dir)
             one = await bench_fan_out(1, 3)
             eight = await bench_fan_out(8, 3)
+            floor = await bench_ray_floor(args.turns)
             idle = await ta.spawn(StreamAgent, f"idle-{time.time_ns()}")
-            await asyncio.sleep(2)
-            info = await idle.info()
-            rss = psutil.Process(info["pid"]).memory_info().rss / 2**20
-            uss = psutil.Process(info["pid"]).memory_full_info().uss / 2**20
+            bare = BareActor.remote()  # type: ignore[attr-defined]
+            bare_pid = await bare.pid.remote()
+            await asyncio.sleep(2)  # let both settle after start-up
+            agent_mem = memory((await idle.info())["pid"])
+            bare_mem = memory(bare_pid)
         finally:
             ta.shutdown()
     print(f"Ray runtime, local Ray on this machine, median of {args.turns} turns")
@@ -113,7 +134,11 @@ async def main() -> None:
         f"(b) fan-out, children's model waits {PACE_S * 1000:.0f} ms per step: 1 child {one:.3f} s, "
         f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)"
     )
-    print(f"(c) idle agent actor: RSS {rss:.1f} MiB (target <= 60), USS {uss:.1f} MiB")
+    print(f"    Ray's own floor for a streamed call of 2 items from a bare actor: {floor * 1e3:.2f} ms")
+    print(f"(c) idle agent actor:  RSS {agent_mem[0]:.1f} MiB, USS {agent_mem[1]:.1f} MiB, PSS {agent_mem[2]:.1f} MiB "
+          "(target <= 60)")
+    print(f"    bare Ray actor:     RSS {bare_mem[0]:.1f} MiB, USS {bare_mem[1]:.1f} MiB, PSS {bare_mem[2]:.1f} MiB "
+          "(RSS counts ~40 MiB of libraries shared by every Ray worker)")
 
 
 if __name__ == "__main__":

@@ -135,10 +135,18 @@ async def run(args: argparse.Namespace) -> int:
         else []
     )
     children = sorted(a for a in renderer.agents if a != lead.path)
+    nodes = {}
+    for path in [lead.path, *children]:
+        info = await ta.AgentHandle(ray.get_actor(path, namespace=config.namespace), path, "").info()
+        nodes[path] = info["node_id"][:8]
     print("\n── summary " + "─" * 50)
     print(f"  status       {status}")
     print(f"  agents       {len(renderer.agents)} ({lead.path} + {len(children)} researchers)")
     print(f"  actors       {len(actors)} named in namespace {config.namespace!r} (agents, the library, model servers)")
+    print(
+        f"  nodes        {len(set(nodes.values()))} used: "
+        + ", ".join(f"{'lead' if p == lead.path else p.rsplit('/', 1)[-1]}@{n}" for p, n in nodes.items())
+    )
     print(f"  turns        {renderer.turns}")
     print(f"  tool calls   {renderer.tool_calls} (library searches served: {stats['searches']})")
     print(f"  tokens       {renderer.tokens}" + (" (estimated by the scripted model)" if not args.model else ""))

@@ -135,10 +135,14 @@ async def main() -> None:
         f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)"
     )
     print(f"    Ray's own floor for a streamed call of 2 items from a bare actor: {floor * 1e3:.2f} ms")
-    print(f"(c) idle agent actor:  RSS {agent_mem[0]:.1f} MiB, USS {agent_mem[1]:.1f} MiB, PSS {agent_mem[2]:.1f} MiB "
-          "(target <= 60)")
-    print(f"    bare Ray actor:     RSS {bare_mem[0]:.1f} MiB, USS {bare_mem[1]:.1f} MiB, PSS {bare_mem[2]:.1f} MiB "
-          "(RSS counts ~40 MiB of libraries shared by every Ray worker)")
+    print(
+        f"(c) idle agent actor:  RSS {agent_mem[0]:.1f} MiB, USS {agent_mem[1]:.1f} MiB, PSS {agent_mem[2]:.1f} MiB "
+        "(target <= 60)"
+    )
+    print(
+        f"    bare Ray actor:     RSS {bare_mem[0]:.1f} MiB, USS {bare_mem[1]:.1f} MiB, PSS {bare_mem[2]:.1f} MiB "
+        "(RSS counts ~40 MiB of libraries shared by every Ray worker)"
+    )
 
 
 if __name__ == "__main__":

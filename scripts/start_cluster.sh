@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 make -s install
 WORKERS=${WORKERS:-1}
 export RAY_USAGE_STATS_ENABLED=0 LITELLM_LOCAL_MODEL_COST_MAP=True
+# Ray 2.60 starts a head with token auth (token in ~/.ray/auth_token); joining nodes and drivers must say so too.
+export RAY_AUTH_MODE=token
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"   # workers import the agents/ package
 export THINK_ACTORS_DATA_DIR="${THINK_ACTORS_DATA_DIR:-$PWD/.think_actors}"
 .venv/bin/ray start --head --port=6379 --num-cpus=1 --include-dashboard=false --disable-usage-stats >/dev/null

@@ -32,7 +32,6 @@ from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
 
-
 async def _stop(run: TurnRun) -> bool:
     for condition in run.stop_when:
         verdict = condition(run.steps)

@@ -899,3 +899,16 @@ async def test_a_turn_after_add_messages_sees_them(scripted: ScriptedModel) -> N
         {"role": "assistant", "content": "noted"},
         {"role": "user", "content": "now answer"},
     ]
+
+
+async def test_bad_input_is_refused_before_anything_is_persisted(scripted: ScriptedModel) -> None:
+    agent = RecordingAgent(model=scripted, store=ta.MemoryStore())
+    with pytest.raises(ta.ConfigurationError, match="invalid message"):
+        agent.chat({"role": "robot", "parts": []})
+    with pytest.raises(ta.ConfigurationError, match="cannot make messages of int"):
+        await agent.save_messages(42)
+    with pytest.raises(ta.ConfigurationError, match="invalid message"):
+        await agent.save_messages([ta.user_message("kept?"), {"id": "x"}])
+    assert await agent.load_messages() == []
+    assert agent.hooks_called() == []
+    scripted.assert_complete()

@@ -261,7 +261,7 @@ class Think:
         spec = self._spec(
             "rpc",
             request_id,
-            input=message,
+            input=message if callable(message) else normalize_input(message),  # bad input fails here, not mid-stream
             body=body,
             output=output,
             client_tools=_client_tools(client_tools, on_client_tool_call),

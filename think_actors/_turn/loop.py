@@ -32,6 +32,11 @@ from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
 
+def _part(run: TurnRun, step_number: int, kind: str, **facts: Any) -> ChunkContext:
+    """The ``on_chunk`` context of one model-level stream part."""
+    return ChunkContext(request_id=run.request_id, step_number=step_number, type=kind, **facts)
+
+
 async def _stop(run: TurnRun) -> bool:
     for condition in run.stop_when:
         verdict = condition(run.steps)
@@ -136,23 +141,12 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         yield TextStartChunk(id=text_id)
                     texts.append(event.text)
                     if on_chunk is not None:
-                        await on_chunk(
-                            ChunkContext(
-                                request_id=run.request_id, step_number=step_number, type="text-delta", text=event.text
-                            )
-                        )
+                        await on_chunk(_part(run, step_number, "text-delta", text=event.text))
                     yield TextDeltaChunk(id=text_id, delta=event.text)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:
-                        await on_chunk(
-                            ChunkContext(
-                                request_id=run.request_id,
-                                step_number=step_number,
-                                type="reasoning-delta",
-                                text=event.text,
-                            )
-                        )
+                        await on_chunk(_part(run, step_number, "reasoning-delta", text=event.text))
                     if run.send_reasoning:
                         if reasoning_id is None:
                             reasoning_id = new_id()
@@ -164,13 +158,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         entry = raw_calls[event.index] = [event.id or new_id(), event.name or "", []]
                         if on_chunk is not None:
                             await on_chunk(
-                                ChunkContext(
-                                    request_id=run.request_id,
-                                    step_number=step_number,
-                                    type="tool-input-start",
-                                    tool_call_id=entry[0],
-                                    tool_name=entry[1],
-                                )
+                                _part(run, step_number, "tool-input-start", tool_call_id=entry[0], tool_name=entry[1])
                             )
                         yield ToolInputStartChunk(tool_call_id=entry[0], tool_name=entry[1])
                     elif event.name and not entry[1]:
@@ -179,13 +167,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         entry[2].append(event.arguments)
                         if on_chunk is not None:
                             await on_chunk(
-                                ChunkContext(
-                                    request_id=run.request_id,
-                                    step_number=step_number,
-                                    type="tool-input-delta",
-                                    tool_call_id=entry[0],
-                                    text=event.arguments,
-                                )
+                                _part(run, step_number, "tool-input-delta", tool_call_id=entry[0], text=event.arguments)
                             )
                         yield ToolInputDeltaChunk(tool_call_id=entry[0], input_text_delta=event.arguments)
                 elif isinstance(event, FinishEvent):
@@ -204,10 +186,10 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         for call in calls:
             if on_chunk is not None:
                 await on_chunk(
-                    ChunkContext(
-                        request_id=run.request_id,
-                        step_number=step_number,
-                        type="tool-call",
+                    _part(
+                        run,
+                        step_number,
+                        "tool-call",
                         tool_call_id=call.tool_call_id,
                         tool_name=call.tool_name,
                         input=call.input,
@@ -226,10 +208,10 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             if on_chunk is not None:
                 for r in results:
                     await on_chunk(
-                        ChunkContext(
-                            request_id=run.request_id,
-                            step_number=step_number,
-                            type="tool-result",
+                        _part(
+                            run,
+                            step_number,
+                            "tool-result",
                             tool_call_id=r.tool_call_id,
                             tool_name=r.tool_name,
                             input=r.input,

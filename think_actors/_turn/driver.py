@@ -72,8 +72,10 @@ def normalize_input(value: Any) -> list[UIMessage]:
         try:
             return [UIMessage.model_validate(value)]
         except ValidationError as err:
-            raise ConfigurationError(f"invalid message: {err.error_count()} problem(s): {err.errors()[0]['msg']} "
-                                     f"at {'.'.join(str(p) for p in err.errors()[0]['loc'])}") from None
+            raise ConfigurationError(
+                f"invalid message: {err.error_count()} problem(s): {err.errors()[0]['msg']} "
+                f"at {'.'.join(str(p) for p in err.errors()[0]['loc'])}"
+            ) from None
     if isinstance(value, list | tuple):
         return [m for item in value for m in normalize_input(item)]
     raise ConfigurationError(f"cannot make messages of {type(value).__name__}: pass str, UIMessage or a list")

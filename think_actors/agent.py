@@ -379,7 +379,7 @@ class Think:
         """Run (or re-attach to) the agent-tool run ``run_id``: its chunks, then an ``AgentRunResult``.
 
         Idempotent by ``run_id``: a finished run returns its stored result without running again; a live run
-        is joined (its chunks so far are replayed).
+        is joined (its chunks so far are replayed). Raises NestedTurnError from inside one of this agent's turns.
         """
         from ._turn.agent_runs import run_as_tool
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .queue import TurnQueue
+
 if TYPE_CHECKING:
     from ..agent import Think
 
@@ -59,48 +61,52 @@ def _jsonable(value: Any) -> Any:
 
 
 async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:
-    stream = agent.chat(format_input(input), request_id=run_id, output=output)
+    """Run the child's turn and record how it ended; every path ends with a result, so no caller waits forever."""
+    outcome = None
     error: str | None = None
     try:
+        stream = agent.chat(format_input(input), request_id=run_id, output=output)
+        outcome = stream._spec.outcome
         async for chunk in stream:
             if chunk.type == "error":
                 error = chunk.error_text
             run.chunks.append(chunk)
             run.changed.set()
+    except Exception as err:  # e.g. a request id still in use: the run fails, it does not hang
+        error = str(err) or type(err).__name__
     finally:
-        outcome = stream._spec.outcome
-        status = (
-            "completed"
-            if outcome.status == "completed" and error is None
-            else ("aborted" if outcome.status == "aborted" else "error")
-        )
-        summary = outcome.message.text if outcome.message is not None else ""
-        result_output = _jsonable(outcome.output) if output is not None else summary
-        run.result = AgentRunResult(
-            run_id=run_id,
-            status=status,
-            summary=summary,
-            output=result_output,
-            error=error or outcome.error if status != "completed" else None,
-        )
-        if status == "error" and outcome.status == "skipped":
-            run.result = AgentRunResult(
-                run_id=run_id, status="error", summary=summary, error="the run was skipped by a reset"
+        run.result = _result(run_id, outcome, error, output is not None)
+        try:
+            await agent.store.set_kv(
+                _KV_PREFIX + run_id,
+                {
+                    "status": run.result.status,
+                    "summary": run.result.summary,
+                    "output": run.result.output,
+                    "error": run.result.error,
+                },
             )
-        await agent.store.set_kv(
-            _KV_PREFIX + run_id,
-            {
-                "status": run.result.status,
-                "summary": run.result.summary,
-                "output": run.result.output,
-                "error": run.result.error,
-            },
-        )
-        run.changed.set()
-        agent._agent_runs.pop(run_id, None)
+        finally:
+            run.changed.set()
+            agent._agent_runs.pop(run_id, None)
+
+
+def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> AgentRunResult:
+    if outcome is None:
+        return AgentRunResult(run_id=run_id, status="error", error=error or "the run did not start")
+    summary = outcome.message.text if outcome.message is not None else ""
+    if outcome.status == "skipped":
+        return AgentRunResult(run_id=run_id, status="error", summary=summary, error="the run was skipped by a reset")
+    if outcome.status == "completed" and error is None:
+        output = _jsonable(outcome.output) if structured else summary
+        return AgentRunResult(run_id=run_id, status="completed", summary=summary, output=output)
+    status = "aborted" if outcome.status == "aborted" else "error"
+    return AgentRunResult(run_id=run_id, status=status, summary=summary, error=error or outcome.error or status)
 
 
 async def run_as_tool(agent: Think, run_id: str, input: Any, output: Any) -> AsyncIterator[Any]:
+    # From inside one of the agent's own turns the run would wait for that turn's slot forever.
+    TurnQueue.check_not_nested(agent, "run_as_tool")
     await agent._ensure_started()
     run: _LiveRun | None = agent._agent_runs.get(run_id)
     if run is None:

@@ -222,3 +222,5 @@ async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolRes
     finally:
         for task in tasks:
             task.cancel()
+        # Wait for them: no tool of a turn outlives it (an aborted turn's tools stop before it reports).
+        await asyncio.gather(*tasks, return_exceptions=True)

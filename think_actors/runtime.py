@@ -401,6 +401,11 @@ async def _batches(source: AsyncIterator[Any], config: RuntimeConfig) -> AsyncIt
         if not task.done():
             task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        # A source parked at a yield (not inside an await) is not reached by the cancel: close it here, so a turn
+        # finalizes (partial reply kept, slot released) now rather than whenever the garbage collector runs.
+        close = getattr(source, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _check_cycle(path: str, callers: tuple[str, ...]) -> None:

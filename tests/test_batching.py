@@ -1,0 +1,106 @@
+"""The batching that carries streams across actors, tested without a Ray cluster (it is plain asyncio)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import think_actors as ta
+from think_actors.chunks import AgentToolEventChunk, DataChunk, ToolOutputAvailableChunk
+from think_actors.runtime import RuntimeConfig, _batches, _pack, _unpack
+
+CONFIG = RuntimeConfig(batch_max=4, flush_s=0.05)
+
+
+async def collect(source: AsyncIterator[Any], config: RuntimeConfig = CONFIG) -> list[list[Any]]:
+    return [batch async for batch in _batches(source, config)]
+
+
+async def paced(items: list[Any], gaps: dict[int, asyncio.Event] | None = None) -> AsyncIterator[Any]:
+    for i, item in enumerate(items):
+        if gaps and i in gaps:
+            await gaps[i].wait()
+        yield item
+
+
+def unpacked(batches: list[list[Any]]) -> list[Any]:
+    return [item for batch in batches for item in _unpack(batch)]
+
+
+async def test_the_first_item_leaves_alone_and_the_rest_fill_batches_up_to_the_cap() -> None:
+    batches = await collect(paced(list(range(10))))
+    assert [len(b) for b in batches] == [1, 4, 4, 1]
+    assert unpacked(batches) == list(range(10))
+
+
+async def test_a_batch_waits_for_late_items_within_the_flush_window_only() -> None:
+    later = asyncio.Event()
+    source = paced([0, 1, 2, 3], gaps={2: later})
+    seen: list[list[Any]] = []
+
+    async def consume() -> None:
+        async for batch in _batches(source, CONFIG):
+            seen.append(batch)
+            if len(seen) == 2:
+                later.set()  # item 2 arrives only after the window of batch [1] has closed
+
+    await asyncio.wait_for(consume(), 5)
+    assert seen == [[0], [1], [2, 3]]
+
+
+async def test_a_failure_arrives_after_the_items_before_it() -> None:
+    async def failing() -> AsyncIterator[Any]:
+        yield "a"
+        yield "b"
+        raise ta.RateLimitError("slow down", retryable=True)
+
+    received: list[Any] = []
+    with pytest.raises(ta.RateLimitError, match="slow down"):
+        async for batch in _batches(failing(), CONFIG):
+            received.extend(_unpack(batch))
+    assert received == ["a", "b"]
+
+
+@pytest.mark.parametrize("ask_for_more", [False, True], ids=["parked-at-yield", "inside-an-await"])
+async def test_closing_the_batches_closes_the_source(ask_for_more: bool) -> None:
+    waiting = asyncio.Event()
+    closed = asyncio.Event()
+
+    async def endless() -> AsyncIterator[Any]:
+        try:
+            yield 0
+            waiting.set()
+            await asyncio.sleep(3600)
+            yield 1
+        finally:
+            closed.set()
+
+    stream = _batches(endless(), CONFIG)
+    assert await stream.__anext__() == [0]
+    if ask_for_more:  # the consumer waits for the next batch while the source sleeps
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.wait_for(waiting.wait(), 5)
+        pending.cancel()
+        await asyncio.gather(pending, return_exceptions=True)
+    await stream.aclose()  # type: ignore[attr-defined]
+    await asyncio.wait_for(closed.wait(), 5)
+
+
+async def test_chunks_cross_as_plain_data_and_come_back_equal() -> None:
+    chunks: list[Any] = [
+        ta.StartChunk(message_id="m1"),
+        ta.TextDeltaChunk(id="t1", delta="hi"),
+        ToolOutputAvailableChunk(tool_call_id="c1", output={"n": 1}, preliminary=True),
+        DataChunk(type="data-hook", data={"hook": "before_turn"}, transient=True),
+        AgentToolEventChunk(agent="a/b", kind="chunk", sequence=3, chunk=ta.TextDeltaChunk(id="t2", delta="x")),
+        ta.FinishChunk(finish_reason="stop"),
+        "not a chunk",
+    ]
+    packed = _pack(chunks)
+    assert all(type(item) is tuple for item in packed[:-1]) and packed[-1] == "not a chunk"
+    restored = _unpack(packed)
+    assert restored == chunks
+    assert [c.to_wire() for c in restored[:-1]] == [c.to_wire() for c in chunks[:-1]]

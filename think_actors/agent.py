@@ -182,7 +182,8 @@ class Think:
     async def on_chunk(self, ctx: ChunkContext) -> None:
         """Observe each model-level stream part (text, reasoning, tool input, tool call, tool result).
 
-        Turn lock held; awaited, so a slow hook slows the stream. Not called at all unless overridden.
+        Turn lock held; awaited, so a slow hook slows the stream. Not called at all unless overridden. The
+        return value is ignored; raising ends the turn with an error (the partial reply is kept).
         """
 
     async def before_tool_call(self, ctx: ToolCallContext) -> ToolCallDecision | None:
@@ -194,11 +195,18 @@ class Think:
         return None
 
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
-        """Observe a finished tool call (success, output or error, duration). Turn lock held; raising fails
-        the turn."""
+        """Observe a finished tool call (success, output or error, duration), blocked and substituted ones too.
+
+        Turn lock held; once per executed call, as each finishes. The return value is ignored. Raising ends the
+        turn with an error (the partial reply is kept).
+        """
 
     async def on_step_finish(self, ctx: StepResult) -> None:
-        """Observe a finished step (text, reasoning, tool calls and results, finish reason, usage)."""
+        """Observe a finished step (text, reasoning, tool calls and results, finish reason, usage).
+
+        Turn lock held; once per step, after its tool calls, before the next step. The return value is ignored.
+        Raising ends the turn with an error (the partial reply is kept).
+        """
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         """Observe a finished turn after its assistant message is persisted. Turn lock still held.
@@ -216,11 +224,20 @@ class Think:
         return error
 
     async def classify_chat_error(self, error: BaseException, ctx: ChatErrorContext) -> ErrorClassification | None:
-        """Classify a stream error (``context_overflow`` drives compact-and-retry); None = no opinion."""
+        """Classify a provider error that ended a turn's stream; None means no opinion.
+
+        Turn lock held; once per failed stream, with ``ctx.stage == "stream"``. ``"context_overflow"`` is what
+        compact-and-retry acts on; the other categories are recorded only. Raising counts as no opinion.
+        """
         return None
 
     def repair_interrupted_tool_part(self, part: ToolPart) -> ToolPart | MessagePart | None:
-        """Repair a tool call that has no result before the next model request (None drops the part)."""
+        """Repair a tool call that has no result, before the next model request sees the transcript.
+
+        Turn lock held; once per unsettled tool part (except ``approval-responded``) of a turn's transcript.
+        Return the part to keep (default: an error result), another part (e.g. a text part), or None to drop
+        it; the repaired message is persisted. Raising fails the turn's setup (stage ``turn``).
+        """
         return default_repair(part)
 
     def get_system_prompt(self, tools: dict[str, Tool]) -> str:

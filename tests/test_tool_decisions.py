@@ -615,3 +615,23 @@ async def test_parallel_tool_calls_of_one_step_run_concurrently(scripted: Script
         {"role": "tool", "tool_call_id": "c2", "content": "pong done"},
     ]
     scripted.assert_complete()
+
+
+async def test_a_tool_call_id_the_provider_repeats_gets_a_unique_one(scripted: ScriptedModel) -> None:
+    lookup, _ = recording_lookup()
+    scripted.extend(
+        [
+            tool_call("lookup", {"city": "Oslo"}, id="call_0"),
+            text("one"),
+            tool_call("lookup", {"city": "Rome"}, id="call_0"),
+            text("two"),
+        ]
+    )
+    agent = RecordingAgent(model=scripted, tools=[lookup], store=ta.MemoryStore())
+    await agent.save_messages("first")
+    await agent.save_messages("second")
+    ids = [p.tool_call_id for m in agent.get_messages() for p in m.tool_parts]
+    assert ids[0] == "call_0" and ids[1].startswith("call_0-") and len(set(ids)) == 2
+    outputs = [p.output["city"] for m in agent.get_messages() for p in m.tool_parts]
+    assert outputs == ["Oslo", "Rome"]  # the second result did not land on the first call
+    scripted.assert_complete()

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from ..chunks import AbortChunk, ErrorChunk, MessageAccumulator, StartChunk
 from ..errors import ConfigurationError, ModelError, NoMessagesError
 from ..hooks import ChatErrorContext, ChatResponseResult, TurnConfig, TurnContext
-from ..messages import UIMessage, new_id, user_message
+from ..messages import ToolPart, UIMessage, new_id, user_message
 from ..tools import Tool
 from .abort import AbortSignal
 from .convert import ensure_continue_checkpoint, repair_transcript, to_model_messages, truncate_older
@@ -181,6 +181,7 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         repair_tool_call=cfg.repair_tool_call,
         continuation=spec.continuation,
         on_chunk=agent.on_chunk if agent._overrides("on_chunk") else None,
+        tool_call_ids={p.tool_call_id for m in repaired for p in m.parts if isinstance(p, ToolPart)},
     )
 
 

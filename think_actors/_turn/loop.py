@@ -32,6 +32,19 @@ from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
 
+def _unique_id(run: TurnRun, given: str | None) -> str:
+    """The provider's tool call id, made unique in this agent's history.
+
+    Some providers number calls per response (``call_0``, ``call_1``); a repeated id would apply a result to an
+    older call and re-attach an agent tool to an old run, so a repeat gets a suffix.
+    """
+    tool_call_id = given or new_id()
+    if tool_call_id in run.tool_call_ids:
+        tool_call_id = f"{tool_call_id}-{new_id()[:8]}"
+    run.tool_call_ids.add(tool_call_id)
+    return tool_call_id
+
+
 def _part(run: TurnRun, step_number: int, kind: str, **facts: Any) -> ChunkContext:
     """The ``on_chunk`` context of one model-level stream part."""
     return ChunkContext(request_id=run.request_id, step_number=step_number, type=kind, **facts)
@@ -155,7 +168,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                 elif isinstance(event, ToolCallDelta):
                     entry = raw_calls.get(event.index)
                     if entry is None:
-                        entry = raw_calls[event.index] = [event.id or new_id(), event.name or "", []]
+                        entry = raw_calls[event.index] = [_unique_id(run, event.id), event.name or "", []]
                         if on_chunk is not None:
                             await on_chunk(
                                 _part(run, step_number, "tool-input-start", tool_call_id=entry[0], tool_name=entry[1])

@@ -36,6 +36,7 @@ class TurnRun:
     repair_tool_call: Callable[[Any], Awaitable[Any]] | None
     continuation: bool
     on_chunk: Callable[[Any], Awaitable[None]] | None
+    tool_call_ids: set[str] = field(default_factory=set)  # every id in the transcript and this turn
     steps: list[StepResult] = field(default_factory=list)
     step_number: int = 0
     finish_reason: str | None = None

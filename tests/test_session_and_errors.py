@@ -34,7 +34,7 @@ async def test_configure_session_runs_once_before_history_loads() -> None:
     await agent.save_messages("first")
     await agent.save_messages("second")
     assert agent.sessions == [("session-agent/s1", 0)]  # once, and before the stored message was loaded
-    assert [m.id for m in agent.get_messages()][0] == "u0"
+    assert agent.get_messages()[0].id == "u0"
     assert agent._session is not None and agent._session.compaction is not None
 
 

@@ -12,12 +12,12 @@ import think_actors as ta
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
 
-def calls(counter: str, namespace: str) -> Any:
-    """One step calling all three remote tools."""
+def calls(counter: str, namespace: str, turn: int) -> Any:
+    """One step calling all three remote tools (ids unique per turn, as providers make them)."""
     return step(
-        tool_call("add_by_name", {"a": 2, "b": 3}, id="by-name"),
-        tool_call("add_by_handle", {"a": 4, "b": 3}, id="by-handle"),
-        tool_call("process_id", {"counter": counter, "namespace": namespace}, id="task"),
+        tool_call("add_by_name", {"a": 2, "b": 3}, id=f"by-name{turn}"),
+        tool_call("add_by_handle", {"a": 4, "b": 3}, id=f"by-handle{turn}"),
+        tool_call("process_id", {"counter": counter, "namespace": namespace}, id=f"task{turn}"),
     )
 
 
@@ -30,25 +30,30 @@ async def test_actor_and_task_tools_run_remotely_unless_a_hook_answers_for_them(
     namespace = ray_runtime.namespace
     counter_name = f"counter/{unique}"
     counter = Counter.options(name=counter_name, namespace=namespace, lifetime="detached").remote()
-    script = [calls(counter_name, namespace), text("short-circuited"), calls(counter_name, namespace), text("ran")]
+    script = [
+        calls(counter_name, namespace, 1),
+        text("short-circuited"),
+        calls(counter_name, namespace, 2),
+        text("ran"),
+    ]
     agent = await ta.spawn(ToolUser, unique, model=ScriptedModel(script), counter=counter_name, namespace=namespace)
 
     decide = {"add_by_name": "block", "add_by_handle": "substitute", "process_id": "substitute"}
     answered = await agent.chat("use the tools", body={"decide": decide}).collect()
 
     assert outputs(answered) == {
-        "by-name": "add_by_name blocked by the test",
-        "by-handle": {"substituted": "add_by_handle"},
-        "task": {"substituted": "process_id"},
+        "by-name1": "add_by_name blocked by the test",
+        "by-handle1": {"substituted": "add_by_handle"},
+        "task1": {"substituted": "process_id"},
     }
     assert await counter.count.remote() == 0  # neither the actor nor the task was ever called
 
     ran = await agent.chat("use them for real").collect()
 
     results = outputs(ran)
-    assert (results["by-name"], results["by-handle"]) == (5, 7)
+    assert (results["by-name2"], results["by-handle2"]) == (5, 7)
     agent_pid = (await agent.info())["pid"]
-    assert isinstance(results["task"], int) and results["task"] != agent_pid  # the task ran in another process
+    assert isinstance(results["task2"], int) and results["task2"] != agent_pid  # the task ran in another process
     assert await counter.count.remote() == 3
     assert [c.type for c in ran][-1] == "finish"
     ray.kill(counter)

@@ -310,7 +310,8 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncGenerator[
             outcome.output = _parse_output(run)
         except (ValidationError, ValueError) as err:
             status, error_text = "error", f"The model's answer does not match the output schema: {err}"
-    outcome.status = status
+    # A turn whose conversation was cleared under it wrote nothing: for every caller it was skipped.
+    outcome.status = "skipped" if not current and status == "completed" else status
     outcome.error = error_text
     if current and (thrown is None or acc.has_content):
         await agent._fire_response(

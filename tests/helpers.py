@@ -8,6 +8,34 @@ from typing import Any
 
 import think_actors as ta
 
+# The exact hook order and chunk sequence of a turn with one tool step and one text step.
+TOOL_THEN_TEXT_HOOKS = [
+    "before_turn",
+    "before_step",
+    "before_tool_call",
+    "after_tool_call",
+    "on_step_finish",
+    "before_step",
+    "on_step_finish",
+    "on_chat_response",
+]
+TOOL_THEN_TEXT_CHUNKS = [
+    "start",
+    "start-step",
+    "tool-input-start",
+    "tool-input-delta",
+    "tool-input-delta",
+    "tool-input-available",
+    "tool-output-available",
+    "finish-step",
+    "start-step",
+    "text-start",
+    "text-delta",
+    "text-end",
+    "finish-step",
+    "finish",
+]
+
 
 class RecordingAgent(ta.Think):
     """Records every hook call as ``(name, ctx)`` in ``self.calls``, in order."""

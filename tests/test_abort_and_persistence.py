@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RecordingAgent, chunk_types, drain
+from helpers import TOOL_THEN_TEXT_CHUNKS, TOOL_THEN_TEXT_HOOKS, RecordingAgent, chunk_types, drain
 
 import think_actors as ta
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
@@ -772,22 +772,7 @@ async def test_a_client_tool_with_an_executor_runs_inline(scripted: ScriptedMode
     chunks = await drain(stream)
 
     assert calls == [("ask", {"question": "which city?"}, "c1")]
-    assert chunk_types(chunks) == [
-        "start",
-        "start-step",
-        "tool-input-start",
-        "tool-input-delta",
-        "tool-input-delta",
-        "tool-input-available",
-        "tool-output-available",
-        "finish-step",
-        "start-step",
-        "text-start",
-        "text-delta",
-        "text-end",
-        "finish-step",
-        "finish",
-    ]
+    assert chunk_types(chunks) == TOOL_THEN_TEXT_CHUNKS
     assert stream.status == "completed"
     message = agent.get_messages()[-1]
     assert message.tool_parts[0].state == "output-available"
@@ -796,16 +781,7 @@ async def test_a_client_tool_with_an_executor_runs_inline(scripted: ScriptedMode
     assert [m for m in scripted.requests[1].messages if m["role"] == "tool"] == [
         {"role": "tool", "tool_call_id": "c1", "content": "Paris"}
     ]
-    assert agent.hooks_called(skip={"on_chunk"}) == [
-        "before_turn",
-        "before_step",
-        "before_tool_call",
-        "after_tool_call",
-        "on_step_finish",
-        "before_step",
-        "on_step_finish",
-        "on_chat_response",
-    ]
+    assert agent.hooks_called(skip={"on_chunk"}) == TOOL_THEN_TEXT_HOOKS
 
 
 async def test_a_sync_client_executor_works(scripted: ScriptedModel) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import HookedAgent, RecordingAgent, chunk_types, drain
+from helpers import TOOL_THEN_TEXT_HOOKS, HookedAgent, RecordingAgent, chunk_types, drain
 from pydantic import BaseModel
 
 import think_actors as ta
@@ -340,16 +340,7 @@ async def test_tool_step_runs_hooks_in_order(scripted: ScriptedModel) -> None:
     scripted.extend([tool_call("search", {"q": "ray"}), text("done")])
     agent = RecordingAgent(model=scripted, tools=[search], store=ta.MemoryStore())
     await agent.save_messages("find the ray docs")
-    assert agent.hooks_called(skip={"on_chunk"}) == [
-        "before_turn",
-        "before_step",
-        "before_tool_call",
-        "after_tool_call",
-        "on_step_finish",
-        "before_step",
-        "on_step_finish",
-        "on_chat_response",
-    ]
+    assert agent.hooks_called(skip={"on_chunk"}) == TOOL_THEN_TEXT_HOOKS
     scripted.assert_complete()
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from helpers import HookedAgent, RecordingAgent, chunk_types, drain
+from helpers import TOOL_THEN_TEXT_CHUNKS, TOOL_THEN_TEXT_HOOKS, HookedAgent, RecordingAgent, chunk_types, drain
 from pydantic import BaseModel
 
 import think_actors as ta
@@ -217,16 +217,7 @@ async def test_raising_before_tool_call_becomes_a_tool_error_and_the_turn_goes_o
     assert tool_messages(scripted.requests[1]) == [
         {"role": "tool", "tool_call_id": "c1", "content": "Error: lookup not permitted"}
     ]
-    assert agent.hooks_called(skip={"on_chunk"}) == [
-        "before_turn",
-        "before_step",
-        "before_tool_call",
-        "after_tool_call",
-        "on_step_finish",
-        "before_step",
-        "on_step_finish",
-        "on_chat_response",
-    ]
+    assert agent.hooks_called(skip={"on_chunk"}) == TOOL_THEN_TEXT_HOOKS
     assert agent.contexts("on_chat_response")[0].status == "completed"
     assert agent.get_messages()[-1].text == "Sorry, I cannot look that up."
     scripted.assert_complete()
@@ -291,22 +282,7 @@ async def test_scalar_tool_emits_no_preliminary_output(scripted: ScriptedModel) 
     scripted.extend([tool_call("lookup", {"city": "Oslo"}, id="c1"), text("done")])
     agent = RecordingAgent(model=scripted, tools=[lookup], store=ta.MemoryStore())
     chunks = await drain(agent.chat("go"))
-    assert chunk_types(chunks) == [
-        "start",
-        "start-step",
-        "tool-input-start",
-        "tool-input-delta",
-        "tool-input-delta",
-        "tool-input-available",
-        "tool-output-available",
-        "finish-step",
-        "start-step",
-        "text-start",
-        "text-delta",
-        "text-end",
-        "finish-step",
-        "finish",
-    ]
+    assert chunk_types(chunks) == TOOL_THEN_TEXT_CHUNKS
     assert tool_outputs(chunks) == [("c1", {"city": "Oslo", "forecast": "sunny", "units": "C"}, None)]
     scripted.assert_complete()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -161,10 +161,7 @@ def agent_tool(
             "agent": child.path,
         }
 
-    description_text = description
-    tool = Tool(tool_name, description_text, schema, validator=validator, executor=execute)
-    tool.streaming = False
-    return tool
+    return Tool(tool_name, description, schema, validator=validator, executor=execute)
 
 
 def _signature_validator(name: str, parameters: list[inspect.Parameter]) -> type[BaseModel]:
@@ -237,6 +234,3 @@ def actor_tool(
         validator=validator,
         executor=execute,
     )
-
-
-Executor = Callable[[Any, ToolContext], Any]

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 __all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "tool"]
 
@@ -231,8 +231,6 @@ def _tool_from_function(
             continue
         if annotation is inspect.Parameter.empty:
             annotation = Any
-        from pydantic import Field
-
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
     model_name = "".join(part.capitalize() for part in (name or fn.__name__).split("_")) + "Input"

@@ -16,7 +16,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ScriptError
@@ -96,7 +96,6 @@ def step(*parts: Step, finish_reason: str | None = None, usage: Usage | None = N
     return Step(combined.items, finish_reason or combined.finish_reason, usage or combined.usage)
 
 
-@dataclass
 class ScriptedModel:
     """A ModelClient that plays ``steps`` in order, one per request.
 
@@ -104,16 +103,14 @@ class ScriptedModel:
     ``assert_complete()`` raises if steps are left over. ``model_id`` names the model in hook contexts.
     """
 
-    steps: list[Step] = field(default_factory=list)
-    model_id: str = "scripted"
-    requests: list[ModelRequest] = field(default_factory=list)
-    _played: int = 0
-
     def __init__(self, steps: Iterable[Step] = (), *, model_id: str = "scripted"):
-        self.steps = list(steps)
+        self.steps: list[Step] = list(steps)
         self.model_id = model_id
-        self.requests = []
+        self.requests: list[ModelRequest] = []
         self._played = 0
+
+    def __repr__(self) -> str:
+        return f"ScriptedModel({self.model_id!r}, played {self._played} of {len(self.steps)} steps)"
 
     def extend(self, steps: Iterable[Step]) -> None:
         self.steps.extend(steps)

@@ -830,3 +830,29 @@ async def test_a_client_tool_overrides_a_same_named_server_tool(scripted: Script
 
     assert agent.get_messages()[-1].tool_parts[0].state == "input-available"
     assert scripted.requests[0].tools[0]["function"]["description"] == "Ask the user"
+
+
+async def test_a_turn_aborted_during_before_turn_never_calls_the_model() -> None:
+    class SlowSetup(RecordingAgent):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.entered = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+            self.entered.set()
+            await self.release.wait()
+            return None
+
+    model = ScriptedModel()
+    agent = SlowSetup(model=model, store=ta.MemoryStore())
+    stream = agent.chat("hello")
+    consumer = asyncio.ensure_future(drain(stream))
+    await asyncio.wait_for(agent.entered.wait(), 5)
+    assert agent.cancel_chat(stream.request_id, "changed my mind")
+    agent.release.set()
+    chunks = await asyncio.wait_for(consumer, 5)
+    assert chunk_types(chunks) == ["start", "abort"]
+    assert model.requests == []
+    assert stream.status == "aborted"
+    assert [m.role for m in agent.get_messages()] == ["user"]

@@ -267,6 +267,8 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncGenerator[
             yield chunk
             if signal.aborted and not finished:
                 raise _Aborted
+        if signal.aborted and not finished:  # aborted before the loop could make a request
+            raise _Aborted
     except _Aborted:
         status = "aborted"
     except asyncio.CancelledError:

@@ -96,6 +96,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     on_chunk = run.on_chunk
     signal = run.signal
     for step_number in range(run.max_steps):
+        if signal.aborted:  # never start a model request for a turn already aborted (the caller reports it)
+            return
         run.step_number = step_number
         step_cfg = (
             await agent.before_step(

@@ -119,7 +119,8 @@ class TurnConfig:
     ``instructions`` (preferred) or ``system`` replaces the system prompt; ``messages`` replaces the model
     messages; ``tools`` adds tools (by name, later wins); ``active_tools`` restricts the tools offered;
     ``stop_when`` conditions are added to the ``max_steps`` bound; ``output`` is a pydantic model class for
-    structured output; ``repair_tool_call`` is ``async (ctx: ToolRepairContext) -> dict | None`` called for an
+    structured output (the validated object is ``TurnResult.output``; a final answer that does not validate
+    makes the turn's status ``error`` with the reason in ``TurnResult.error``); ``repair_tool_call`` is ``async (ctx: ToolRepairContext) -> dict | None`` called for an
     unknown tool or invalid input, returning repaired input (re-validated) or None to keep the error.
     """
 

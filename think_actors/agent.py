@@ -442,8 +442,6 @@ class Think:
         outcome: TurnOutcome = spec.outcome
         if spec.signal.aborted and outcome.status == "completed":
             outcome.status = "aborted"
-        if self._queue.generation != spec.generation and outcome.status == "completed":
-            outcome.status = "skipped"
         return TurnResult(
             request_id=spec.request_id,
             status=outcome.status,  # type: ignore[arg-type]
@@ -483,7 +481,7 @@ class Think:
         self._messages.append(message)
 
     async def _replace_message(self, message: UIMessage) -> None:
-        await self.store.update_message(message)  # type: ignore[attr-defined]
+        await self.store.update_message(message)
         for i, existing in enumerate(self._messages):
             if existing.id == message.id:
                 self._messages[i] = message

@@ -12,14 +12,14 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel
 
 from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
 from .errors import ConfigurationError
 from .hooks import TurnResult
 from .messages import UIMessage
-from .tools import Tool, ToolContext, _strip_titles
+from .tools import Tool, ToolContext, _strip_titles, input_validator
 
 __all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool"]
 
@@ -164,21 +164,6 @@ def agent_tool(
     return Tool(tool_name, description, schema, validator=validator, executor=execute)
 
 
-def _signature_validator(name: str, parameters: list[inspect.Parameter]) -> type[BaseModel]:
-    fields: dict[str, Any] = {}
-    for param in parameters:
-        if param.name.startswith("_") or param.name == "self":
-            continue
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[param.name] = (annotation, Field(default))
-    model_name = "".join(part.capitalize() for part in name.split("_")) + "Input"
-    model: type[BaseModel] = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
-    return model
-
-
 def actor_tool(
     target: Any,
     method: str,
@@ -215,7 +200,7 @@ def actor_tool(
     else:
         raise ConfigurationError("actor_tool with an actor name needs actor_class= to read the method's signature")
     tool_name = name or method
-    validator = _signature_validator(tool_name, parameters)
+    validator, _ = input_validator(tool_name, parameters)
     described, _ = _parse_docstring(doc)
 
     async def execute(value: Any, context: ToolContext) -> Any:

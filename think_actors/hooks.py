@@ -120,8 +120,9 @@ class TurnConfig:
     messages; ``tools`` adds tools (by name, later wins); ``active_tools`` restricts the tools offered;
     ``stop_when`` conditions are added to the ``max_steps`` bound; ``output`` is a pydantic model class for
     structured output (the validated object is ``TurnResult.output``; a final answer that does not validate
-    makes the turn's status ``error`` with the reason in ``TurnResult.error``); ``repair_tool_call`` is ``async (ctx: ToolRepairContext) -> dict | None`` called for an
-    unknown tool or invalid input, returning repaired input (re-validated) or None to keep the error.
+    makes the turn's status ``error`` with the reason in ``TurnResult.error``); ``repair_tool_call`` is
+    ``async (ctx: ToolRepairContext) -> dict | None``, called for an unknown tool or invalid input and
+    returning repaired input (re-validated) or None to keep the error.
     """
 
     model: str | ModelClient | None = None

@@ -427,6 +427,11 @@ class AgentHost:
         self.agent._runtime = _ActorRuntime(self.agent, config)
         self.path = path
 
+    def _enter(self, caller_chain: tuple[str, ...]) -> None:
+        """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees."""
+        _check_cycle(self.path, caller_chain)
+        chain.CHAIN.set((*caller_chain, self.path))
+
     async def ready(self) -> dict[str, Any]:
         await self.agent._ensure_started()
         return {
@@ -439,9 +444,8 @@ class AgentHost:
     async def chat(
         self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]
     ) -> AsyncIterator[list[Any]]:
-        _check_cycle(self.path, caller_chain)
+        self._enter(caller_chain)
         await self.agent._ensure_started()
-        chain.CHAIN.set((*caller_chain, self.path))
         stream = self.agent.chat(message, **options)
         async for batch in _batches(stream.__aiter__(), self.config):
             yield batch
@@ -449,21 +453,18 @@ class AgentHost:
     async def run_as_tool(
         self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
     ) -> AsyncIterator[list[Any]]:
-        _check_cycle(self.path, caller_chain)
-        chain.CHAIN.set((*caller_chain, self.path))
+        self._enter(caller_chain)
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
     async def save_messages(
         self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]
     ) -> TurnResult:
-        _check_cycle(self.path, caller_chain)
-        chain.CHAIN.set((*caller_chain, self.path))
+        self._enter(caller_chain)
         return await self.agent.save_messages(messages, body=body)
 
     async def continue_last_turn(self, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
-        _check_cycle(self.path, caller_chain)
-        chain.CHAIN.set((*caller_chain, self.path))
+        self._enter(caller_chain)
         return await self.agent.continue_last_turn(body=body)
 
     async def add_messages(self, messages: Any, options: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
@@ -204,26 +204,25 @@ def _short_errors(err: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in err.errors())
 
 
-def _tool_from_function(
-    fn: Callable[..., Any],
-    *,
-    name: str | None,
-    description: str | None,
-    remote: dict[str, Any] | None,
-    needs_approval: bool,
-) -> Tool:
-    from_doc, arg_docs = _parse_docstring(fn.__doc__)
-    signature = inspect.signature(fn)
-    try:
-        hints = get_type_hints(fn)
-    except Exception:  # unresolvable forward references: fall back to raw annotations
-        hints = {}
+def input_validator(
+    name: str,
+    parameters: Iterable[inspect.Parameter],
+    hints: dict[str, Any] | None = None,
+    arg_docs: dict[str, str] | None = None,
+) -> tuple[type[BaseModel], str | None]:
+    """A strict pydantic model for a tool's input from its parameters, and the ToolContext parameter, if any.
+
+    ``self``, ``*args``/``**kwargs`` and private parameters with defaults (such as Ray's ``_ray_trace_ctx``) are
+    left out of the schema.
+    """
+    hints = hints or {}
+    arg_docs = arg_docs or {}
     fields: dict[str, Any] = {}
     context_param = None
-    for param in signature.parameters.values():
-        if param.name == "self":
+    for param in parameters:
+        if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.name.startswith("_") and param.default is not inspect.Parameter.empty:
             continue
         annotation = hints.get(param.name, param.annotation)
         if annotation is ToolContext:
@@ -233,8 +232,27 @@ def _tool_from_function(
             annotation = Any
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
-    model_name = "".join(part.capitalize() for part in (name or fn.__name__).split("_")) + "Input"
-    validator = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    model_name = "".join(part.capitalize() for part in name.split("_")) + "Input"
+    validator: type[BaseModel] = create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
+    return validator, context_param
+
+
+def _tool_from_function(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    remote: dict[str, Any] | None,
+    needs_approval: bool,
+) -> Tool:
+    from_doc, arg_docs = _parse_docstring(fn.__doc__)
+    try:
+        hints = get_type_hints(fn)
+    except Exception:  # unresolvable forward references: fall back to raw annotations
+        hints = {}
+    validator, context_param = input_validator(
+        name or fn.__name__, inspect.signature(fn).parameters.values(), hints, arg_docs
+    )
     schema = _strip_titles(validator.model_json_schema())
     schema.setdefault("properties", {})
     return Tool(

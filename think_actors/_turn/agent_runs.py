@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
+from ..tools import _jsonable
 from .queue import TurnQueue
 
 if TYPE_CHECKING:
@@ -54,10 +53,6 @@ def format_input(value: Any) -> str:
     if isinstance(value, dict) and set(value) == {"input"} and isinstance(value["input"], str):
         return value["input"]
     return json.dumps(value, indent=2, default=str)
-
-
-def _jsonable(value: Any) -> Any:
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:

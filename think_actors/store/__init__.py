@@ -65,6 +65,14 @@ class Store(Protocol):
         """Update the message in place if its id exists, else append it under ``parent_id``."""
         ...
 
+    async def update_message(self, message: UIMessage) -> bool:
+        """Replace a stored message in place (same position in the tree); False when the id is unknown."""
+        ...
+
+    async def list_messages(self) -> list[UIMessage]:
+        """Every stored message, all branches, in write order."""
+        ...
+
     async def clear_messages(self) -> None: ...
 
     async def get_kv(self, key: str) -> Any:

@@ -9,7 +9,7 @@ never a provider SDK type::
     ├── TurnError                   a turn could not start or run; stage, messages_persisted
     │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
     │   └── NoMessagesError         nothing to send to the model
-    ├── ModelError                  the model provider failed; provider, status_code
+    ├── ModelError                  the model provider failed; provider, status_code, response_body, in_stream
     │   ├── ContextOverflowError    the prompt does not fit the model's context window
     │   ├── RateLimitError          429 / quota
     │   ├── ModelTimeoutError       the provider did not answer in time
@@ -110,9 +110,14 @@ class NoMessagesError(TurnError):
 
 
 class ModelError(ThinkError):
-    """The model provider failed. ``status_code`` is the HTTP status when there was one."""
+    """The model provider failed.
 
-    _fields = (*ThinkError._fields, "provider", "status_code")
+    ``status_code`` is the HTTP status when there was one; ``response_body`` the provider's error body (the
+    parsed JSON object, else its text); ``in_stream`` is True when the provider reported the error as an event
+    inside an already started stream rather than as the answer to the request.
+    """
+
+    _fields = (*ThinkError._fields, "provider", "status_code", "response_body", "in_stream")
 
 
 class ContextOverflowError(ModelError):

@@ -70,7 +70,7 @@ async def test_cancel_chat_while_the_model_streams_ends_with_an_abort_chunk() ->
     assert response.request_id == stream.request_id
     assert response.message == messages[1]
     assert "on_chat_error" not in agent.hooks_called()
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
     assert agent.cancel_chat(stream.request_id) is False  # finished: no longer known
 
 
@@ -93,7 +93,7 @@ async def test_cancel_chat_aborts_save_messages() -> None:
     turn = asyncio.create_task(agent.save_messages("hi"))
     await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
 
-    request_id = agent._queue.active_request_id
+    request_id = agent._engine.queue.active_request_id
     assert request_id is not None
     started = time.monotonic()
     assert agent.cancel_chat(request_id) is True
@@ -106,7 +106,7 @@ async def test_cancel_chat_aborts_save_messages() -> None:
     assert result.message.text == "Hello "
     assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
     assert agent.contexts("on_chat_response")[0].status == "aborted"
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
 
 
 async def test_cancel_all_chats_aborts_the_running_turn() -> None:
@@ -148,7 +148,7 @@ async def test_cancel_chat_on_a_queued_chat_keeps_its_input_and_runs_no_model() 
     first_task = asyncio.create_task(drain(first))
     second_task = asyncio.create_task(drain(second))
     await asyncio.wait_for(agent.at_gate.wait(), WAIT_S)
-    assert agent._queue.queued == 2  # the second chat waits for the slot
+    assert agent._engine.queue.queued == 2  # the second chat waits for the slot
 
     assert agent.cancel_chat(second.request_id) is True
     agent.gate.set()
@@ -160,7 +160,7 @@ async def test_cancel_chat_on_a_queued_chat_keeps_its_input_and_runs_no_model() 
     assert len(model.requests) == 1
     assert transcript(agent) == [("user", "first"), ("assistant", "first reply"), ("user", "second")]
     assert [r.request_id for r in agent.contexts("on_chat_response")] == [first.request_id]
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
     model.assert_complete()
 
 
@@ -190,7 +190,7 @@ async def test_closing_a_stream_that_never_started_forgets_its_request(scripted:
 
     await stream.aclose()
 
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
     assert agent.cancel_chat(stream.request_id) is False
     assert scripted.requests == []
 
@@ -217,7 +217,7 @@ async def test_breaking_out_and_closing_the_iterator_aborts_the_turn() -> None:
     assert stream.status == "aborted"
     assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
     assert agent.contexts("on_chat_response")[0].status == "aborted"
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
 
     # The stream was closed from another task (wait_for): the slot is free and this task is no longer "inside".
     result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
@@ -314,7 +314,7 @@ async def test_cancelling_the_consuming_task_persists_the_partial_and_propagates
     assert stream.status == "aborted"
     assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
     assert agent.contexts("on_chat_response")[0].status == "aborted"
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
     result = await asyncio.wait_for(agent.save_messages("again"), WAIT_S)
     assert result.status == "completed"
 
@@ -331,8 +331,8 @@ async def test_cancelling_a_save_messages_task_propagates() -> None:
 
     assert transcript(agent) == [("user", "hi"), ("assistant", "Hello ")]
     assert agent.contexts("on_chat_response")[0].status == "aborted"
-    assert not agent._queue.busy
-    assert len(agent._aborts) == 0
+    assert not agent._engine.queue.busy
+    assert len(agent._engine.aborts) == 0
 
 
 # ---------------------------------------------------------------------------------------------- clear
@@ -344,7 +344,7 @@ async def test_clear_skips_queued_turns_and_aborts_the_running_one() -> None:
     running = asyncio.create_task(agent.save_messages("first"))
     queued = asyncio.create_task(agent.save_messages("second"))
     await asyncio.wait_for(agent.first_text.wait(), WAIT_S)
-    assert agent._queue.queued == 2
+    assert agent._engine.queue.queued == 2
 
     await agent.clear()
     first, second = await asyncio.wait_for(asyncio.gather(running, queued), WAIT_S)
@@ -355,7 +355,7 @@ async def test_clear_skips_queued_turns_and_aborts_the_running_one() -> None:
     assert await agent.store.list_messages() == []
     assert len(model.requests) == 1
     assert "on_chat_response" not in agent.hooks_called()  # a cleared turn fires no response hook
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
 
 
 async def test_clear_skips_a_queued_chat_stream() -> None:
@@ -691,20 +691,24 @@ class SlowResponseAgent(RecordingAgent):
         self.log.append(f"hook done {result.message.text}")
 
 
-async def test_on_chat_response_runs_inside_the_turn_slot(scripted: ScriptedModel) -> None:
+async def test_on_chat_response_runs_after_the_turn_slot_is_released(scripted: ScriptedModel) -> None:
+    # The seed: the turn lock is released before on_chat_response runs; the next queued turn may start meanwhile,
+    # and the entry point that ran the turn returns only after its hook finished.
     scripted.extend([text("one"), text("two")])
     agent = SlowResponseAgent(model=scripted, store=ta.MemoryStore())
     await agent.load_messages()
     first = asyncio.create_task(agent.save_messages("a"))
     second = asyncio.create_task(agent.save_messages("b"))
     await asyncio.wait_for(agent.in_hook.wait(), WAIT_S)
+    await asyncio.wait_for(second, WAIT_S)  # the second turn ran to its end while the first hook still waits
 
-    assert agent.log == ["turn a", "hook one"]
-    assert agent._queue.queued == 2  # the second turn waits for the hook
+    assert agent.log == ["turn a", "hook one", "turn b", "hook two", "hook done two"]
+    assert not first.done()
     agent.release.set()
-    await asyncio.wait_for(asyncio.gather(first, second), WAIT_S)
+    result = await asyncio.wait_for(first, WAIT_S)
 
-    assert agent.log == ["turn a", "hook one", "hook done one", "turn b", "hook two", "hook done two"]
+    assert result.status == "completed"
+    assert agent.log == ["turn a", "hook one", "turn b", "hook two", "hook done two", "hook done one"]
 
 
 # ---------------------------------------------------------------------------------------------- client tools

@@ -97,7 +97,7 @@ async def test_sub_agent_rejects_a_bad_name(name: str) -> None:
     lead = DeskLead("d2", store=ta.MemoryStore())
     with pytest.raises(ta.InvalidAgentNameError):
         await lead.sub_agent(NoteTaker, name)
-    assert lead._children == {}
+    assert lead._engine.children == {}
 
 
 class Dawdler(ta.Think):
@@ -567,7 +567,7 @@ async def test_an_in_process_call_cycle_is_a_nested_turn_tool_error_not_a_hang()
     chunks = await asyncio.wait_for(drain(a.chat("start")), WAIT_S)
 
     [reported] = tool_outputs(chunks).values()
-    assert reported.startswith("Think turn admission (save_messages) cannot be called from inside an active turn")
+    assert reported.startswith("save_messages() cannot be called from inside an active turn")
     assert chunks[-1].type == "finish"
     assert transcript(a.get_messages()) == [("user", "start"), ("assistant", "A done")]  # "pong" never reached A
     b = await a.sub_agent(CycleB, "b")
@@ -587,9 +587,9 @@ async def test_run_as_tool_from_inside_the_agents_own_turn_is_a_nested_turn_erro
     chunks = await asyncio.wait_for(drain(a.chat("start")), WAIT_S)
 
     [reported] = tool_outputs(chunks).values()
-    assert reported.startswith("Think turn admission (run_as_tool) cannot be called from inside an active turn")
+    assert reported.startswith("run_as_tool() cannot be called from inside an active turn")
     assert chunks[-1].type == "finish"
-    assert a._agent_runs == {}  # no run was started, so none is left waiting for A's slot
+    assert a._engine.agent_runs == {}  # no run was started, so none is left waiting for A's slot
     assert await a.store.get_kv("agent-tool-run:agent-tool:loop") is None
     assert transcript(a.get_messages()) == [("user", "start"), ("assistant", "A done")]
 

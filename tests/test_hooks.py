@@ -289,19 +289,26 @@ async def test_on_step_finish_reports_text_reasoning_finish_reason_and_usage(scr
     scripted.add(step(reasoning("think first"), text("hello there", chunk_size=4), usage=usage))
     agent = RecordingAgent(model=scripted, store=ta.MemoryStore())
     result = await agent.save_messages("hi")
-    assert agent.contexts("on_step_finish") == [
-        ta.StepResult(
-            step_number=0,
-            text="hello there",
-            reasoning="think first",
-            tool_calls=(),
-            tool_results=(),
-            finish_reason="stop",
-            usage=usage,
+    [record] = agent.contexts("on_step_finish")
+    assert record == ta.StepResult(
+        step_number=0,
+        text="hello there",
+        reasoning="think first",
+        tool_calls=(),
+        tool_results=(),
+        finish_reason="stop",
+        usage=usage,
+        model="scripted",
+        request=scripted.requests[0],
+        response=ta.StepResponse(
+            id="scripted-1",
             model="scripted",
-        )
-    ]
-    assert result.status == "completed"
+            timestamp=record.response.timestamp,
+            messages=({"role": "assistant", "content": "hello there"},),
+        ),
+    )
+    assert isinstance(record.response.timestamp, float)
+    assert (result.status, result.usage, result.cost_usd) == ("completed", usage, None)
     scripted.assert_complete()
 
 
@@ -803,7 +810,7 @@ async def test_before_turn_raising_fails_save_messages_and_streams_an_error_from
     with pytest.raises(PermissionError, match=r"^turn refused$"):
         await agent.save_messages("again")
     assert scripted.requests == []
-    assert agent.hooks_called() == ["on_chat_error"]
+    assert agent.hooks_called() == ["on_chat_error", "on_chat_error"]  # once per failed turn, on both paths
 
 
 async def test_before_step_raising_ends_the_turn_with_an_error(scripted: ScriptedModel) -> None:

@@ -122,7 +122,14 @@ def test_context_overflow_error_round_trip_keeps_every_fact() -> None:
     error = errors.ContextOverflowError("x", request_id="r", provider="openai", status_code=400, retryable=False)
     clone = pickle.loads(pickle.dumps(error))
     assert isinstance(clone, errors.ModelError)
-    assert clone.facts() == {"request_id": "r", "retryable": False, "provider": "openai", "status_code": 400}
+    assert clone.facts() == {
+        "request_id": "r",
+        "retryable": False,
+        "provider": "openai",
+        "status_code": 400,
+        "response_body": None,
+        "in_stream": None,
+    }
     assert (clone.message, clone.request_id, clone.provider, clone.status_code, clone.retryable) == (
         "x",
         "r",

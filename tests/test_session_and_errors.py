@@ -17,7 +17,7 @@ class SessionAgent(ta.Think):
         self.sessions: list[tuple[str, int]] = []
 
     async def configure_session(self, session: ta.Session) -> ta.Session | None:
-        self.sessions.append((session.agent_path, len(self._messages)))
+        self.sessions.append((session.agent_path, len(self.get_messages())))
         if self.replacement is not None:
             session = session.with_store(self.replacement)
 
@@ -35,7 +35,7 @@ async def test_configure_session_runs_once_before_history_loads() -> None:
     await agent.save_messages("second")
     assert agent.sessions == [("session-agent/s1", 0)]  # once, and before the stored message was loaded
     assert agent.get_messages()[0].id == "u0"
-    assert agent._session is not None and agent._session.compaction is not None
+    assert agent.session is not None and agent.session.compaction is not None
 
 
 async def test_configure_session_can_give_the_agent_another_store() -> None:
@@ -59,6 +59,8 @@ async def test_a_failing_configure_session_fails_the_start_and_keeps_nothing() -
 
 
 class Classifying(ta.Think):
+    context_overflow = ta.ContextOverflowConfig()  # the classifier is consulted only with reactive recovery on
+
     def __init__(self, *args: Any, verdict: Any = "context_overflow", **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.verdict = verdict

@@ -550,7 +550,7 @@ async def test_save_messages_from_inside_a_tool_is_a_nested_turn_error(scripted:
     [after] = agent.contexts("after_tool_call")
     assert after.success is False
     assert after.error is not None
-    assert after.error.startswith("Think turn admission (save_messages) cannot be called from inside an active turn")
+    assert after.error.startswith("save_messages() cannot be called from inside an active turn")
     assert result.status == "completed"
     assert [m.role for m in agent.get_messages()] == ["user", "assistant"]
     scripted.assert_complete()

@@ -81,7 +81,7 @@ async def test_chat_text_turn_streams_the_exact_chunk_sequence(scripted: Scripte
     assert transcript(agent) == [("user", "hi"), ("assistant", "Hello there")]
     assert chunks[0].message_id == messages[1].id
     assert chunks[-1].finish_reason == "stop"
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
 
 
 async def test_chat_request_id_is_known_before_the_turn_starts(scripted: ScriptedModel) -> None:
@@ -90,12 +90,12 @@ async def test_chat_request_id_is_known_before_the_turn_starts(scripted: Scripte
 
     stream = agent.chat("hi", request_id="req-1")
     assert stream.request_id == "req-1"
-    assert "req-1" in agent._aborts  # cancellable while still queued
+    assert "req-1" in agent._engine.aborts  # cancellable while still queued
     await drain(stream)
 
     assert agent.contexts("before_turn")[0].request_id == "req-1"
     assert agent.contexts("on_chat_response")[0].request_id == "req-1"
-    assert "req-1" not in agent._aborts
+    assert "req-1" not in agent._engine.aborts
 
 
 async def test_hooks_fire_in_order_for_a_text_turn(scripted: ScriptedModel) -> None:
@@ -318,52 +318,51 @@ async def test_concurrent_chat_and_save_messages_run_fifo_without_overlap() -> N
         ("user", "q4"),
         ("assistant", "reply 4"),
     ]
-    assert not agent._queue.busy
-    assert len(agent._aborts) == 0
+    assert not agent._engine.queue.busy
+    assert len(agent._engine.aborts) == 0
 
 
 # ---------------------------------------------------------------------------------------------- nested guard
 
 
-class NestingAgent(RecordingAgent):
-    """Tries blocking admissions from inside its own response hook and records what each raised."""
+class ChainingAgent(RecordingAgent):
+    """Its response hook starts turns through every blocking entry point (the seed: the lock is released)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.raised: dict[str, BaseException] = {}
+        self.results: list[Any] = []
 
     async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
         await super().on_chat_response(result)
-        attempts: dict[str, Any] = {
-            "save_messages": lambda: self.save_messages("nested"),
-            "continue_last_turn": lambda: self.continue_last_turn(),
-        }
-        for name, attempt in attempts.items():
-            try:
-                await attempt()
-            except Exception as err:
-                self.raised[name] = err
-        try:
-            self.chat("nested")
-        except Exception as err:
-            self.raised["chat"] = err
+        self.results.append(await self.save_messages("follow-up"))
+        self.results.append(await self.continue_last_turn())
+        self.results.append([c.type async for c in self.chat("one more")][-1])
         await self.add_messages(ta.user_message("noted from the hook", id="note"))
 
 
-async def test_blocking_admissions_inside_the_response_hook_raise_nested_turn_error(scripted: ScriptedModel) -> None:
-    scripted.add(text("reply"))
-    agent = NestingAgent(model=scripted, store=ta.MemoryStore())
+async def test_turns_started_from_the_response_hook_run_and_do_not_recurse(scripted: ScriptedModel) -> None:
+    scripted.extend([text("reply"), text("follow-up reply"), text(" continued"), text("last")])
+    agent = ChainingAgent(model=scripted, store=ta.MemoryStore())
 
     result = await asyncio.wait_for(agent.save_messages("hi"), WAIT_S)
 
     assert result.status == "completed"
-    assert sorted(agent.raised) == ["chat", "continue_last_turn", "save_messages"]
-    for name, err in agent.raised.items():
-        assert isinstance(err, ta.NestedTurnError)
-        assert NESTED_TEXT in str(err)
-        assert f"({name})" in str(err)
-    # add_messages is allowed inside a turn.
-    assert transcript(agent) == [("user", "hi"), ("assistant", "reply"), ("user", "noted from the hook")]
+    assert [r.status for r in agent.results[:2]] == ["completed", "completed"]
+    assert agent.results[1].continuation is True
+    assert agent.results[2] == "finish"
+    assert transcript(agent) == [
+        ("user", "hi"),
+        ("assistant", "reply"),
+        ("user", "follow-up"),
+        ("assistant", "follow-up reply"),
+        ("assistant", " continued"),
+        ("user", "one more"),
+        ("assistant", "last"),
+        ("user", "noted from the hook"),
+    ]
+    # Turns started from the hook fire no response hook of their own (the re-entrancy guard).
+    assert [r.message.text for r in agent.contexts("on_chat_response")] == ["reply"]
+    assert agent.hooks_called(skip={"on_chunk"}).count("before_turn") == 4
     scripted.assert_complete()
 
 
@@ -517,7 +516,7 @@ async def test_continuation_start_chunk_carries_no_message_id(scripted: Scripted
 
     # No public streamed continuation exists yet; drive the engine's turn stream directly.
     spec = agent._spec("programmatic", None, continuation=True)
-    chunks = [chunk async for chunk in turn_stream(agent, spec)]
+    chunks = [chunk async for chunk in turn_stream(agent._engine, spec)]
 
     assert chunk_types(chunks) == [
         "start",
@@ -543,9 +542,9 @@ async def test_save_messages_without_a_model_raises_configuration_error() -> Non
         await agent.save_messages("hi")
 
     assert transcript(agent) == [("user", "hi")]  # the input was persisted before setup failed
-    assert agent.hooks_called() == ["before_turn"]  # before_turn may still supply a model
-    assert not agent._queue.busy
-    assert len(agent._aborts) == 0
+    assert agent.hooks_called() == ["before_turn", "on_chat_error"]  # before_turn may still supply a model
+    assert not agent._engine.queue.busy
+    assert len(agent._engine.aborts) == 0
 
 
 async def test_chat_without_a_model_streams_an_error_and_calls_on_chat_error() -> None:
@@ -562,7 +561,7 @@ async def test_chat_without_a_model_streams_an_error_and_calls_on_chat_error() -
     assert isinstance(err, ta.ConfigurationError)
     assert ctx == ta.ChatErrorContext(request_id=stream.request_id, stage="turn", messages_persisted=True)
     assert transcript(agent) == [("user", "hi")]
-    assert len(agent._aborts) == 0
+    assert len(agent._engine.aborts) == 0
 
 
 class FailingSetupAgent(RecordingAgent):
@@ -577,9 +576,11 @@ async def test_before_turn_raising_fails_save_messages(scripted: ScriptedModel) 
     with pytest.raises(RuntimeError, match="setup exploded"):
         await agent.save_messages("hi")
 
-    assert agent.hooks_called() == ["before_turn"]
+    assert agent.hooks_called() == ["before_turn", "on_chat_error"]
+    [(_, ctx)] = agent.contexts("on_chat_error")
+    assert (ctx.stage, ctx.messages_persisted) == ("turn", True)
     assert scripted.requests == []
-    assert not agent._queue.busy
+    assert not agent._engine.queue.busy
 
 
 async def test_before_turn_raising_streams_an_error_from_chat(scripted: ScriptedModel) -> None:
@@ -678,10 +679,15 @@ async def test_provider_error_is_in_band(scripted: ScriptedModel) -> None:
     assert chunk_types(chunks) == ["start", "start-step", "error"]
     assert chunks[-1].error_text == "slow down"
     assert stream.status == "error"
-    assert "on_chat_error" not in agent.hooks_called()
-    response = agent.contexts("on_chat_response")[0]
-    assert response.status == "error"
-    assert response.error == "slow down"
+    [(err, ctx)] = agent.contexts("on_chat_error")
+    assert (type(err), ctx.stage, ctx.messages_persisted, ctx.classification) == (
+        ta.RateLimitError,
+        "stream",
+        True,
+        None,
+    )
+    # The seed: no part of the reply exists, so on_chat_error alone handles the failure.
+    assert agent.contexts("on_chat_response") == []
     assert transcript(agent) == [("user", "hi")]  # nothing but a step-start: no assistant message
 
 
@@ -694,8 +700,7 @@ async def test_provider_error_returns_an_error_result(scripted: ScriptedModel) -
     assert result.status == "error"
     assert result.error == "slow down"
     assert result.message is None
-    assert agent.hooks_called() == ["before_turn", "before_step", "on_chat_response"]
-    assert agent.contexts("on_chat_response")[0].status == "error"
+    assert agent.hooks_called() == ["before_turn", "before_step", "on_chat_error"]
 
 
 async def test_provider_error_after_partial_text_persists_the_partial(scripted: ScriptedModel) -> None:
@@ -721,7 +726,9 @@ async def test_provider_error_after_partial_text_persists_the_partial(scripted: 
     response = agent.contexts("on_chat_response")[0]
     assert response.status == "error"
     assert response.message == messages[1]
-    assert "on_chat_error" not in agent.hooks_called()
+    assert response.error == "stream cut"
+    # The partial is persisted before on_chat_error runs; the response hook runs last, after the lock.
+    assert agent.hooks_called(skip={"on_chunk"})[-2:] == ["on_chat_error", "on_chat_response"]
 
 
 async def test_the_turn_after_a_provider_error_runs_normally(scripted: ScriptedModel) -> None:
@@ -746,7 +753,7 @@ async def test_running_out_of_scripted_steps_reports_an_error_instead_of_hanging
     err, ctx = agent.contexts("on_chat_error")[0]
     assert isinstance(err, ta.ScriptError)
     assert ctx.stage == "stream"
-    assert not agent._queue.busy
+    assert not agent._engine.queue.busy
 
 
 async def test_running_out_of_steps_in_chat_streams_an_error(scripted: ScriptedModel) -> None:

@@ -51,8 +51,11 @@ from .hooks import (
     ChatErrorContext,
     ChatResponseResult,
     ChunkContext,
+    ContextOverflowConfig,
+    Proactive,
     StepConfig,
     StepContext,
+    StepResponse,
     StepResult,
     Substitute,
     ToolCall,
@@ -67,6 +70,7 @@ from .hooks import (
 )
 from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
+from .observability import Event
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store
 from .tools import ClientToolSchema, Tool, ToolContext, tool
@@ -101,9 +105,11 @@ __all__ = [
     "ChunkContext",
     "ClientToolSchema",
     "ConfigurationError",
+    "ContextOverflowConfig",
     "ContextOverflowError",
     "DataChunk",
     "ErrorChunk",
+    "Event",
     "FinishChunk",
     "FinishStepChunk",
     "InvalidAgentNameError",
@@ -117,6 +123,7 @@ __all__ = [
     "ModelTimeoutError",
     "NestedTurnError",
     "NoMessagesError",
+    "Proactive",
     "ProviderError",
     "RateLimitError",
     "SQLiteStore",
@@ -126,6 +133,7 @@ __all__ = [
     "StartStepChunk",
     "StepConfig",
     "StepContext",
+    "StepResponse",
     "StepResult",
     "Store",
     "StoreError",

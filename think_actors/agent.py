@@ -12,16 +12,16 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from ._turn.abort import AbortRegistry
 from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
+from ._turn.engine import Engine
 from ._turn.queue import TurnQueue
-from .chunks import ToolUpdate
-from .errors import ConfigurationError, ThinkError
+from .errors import ConfigurationError
 from .hooks import (
     ChatErrorContext,
     ChatResponseResult,
     ChunkContext,
+    ContextOverflowConfig,
     ErrorClassification,
     StepConfig,
     StepContext,
@@ -35,8 +35,9 @@ from .hooks import (
 )
 from .messages import MessagePart, ToolPart, UIMessage, new_id
 from .models import ModelClient
+from .observability import Event
 from .session import Session
-from .store import LATEST, MemoryStore, SQLiteStore, Store, agent_path, validate_agent_name
+from .store import LATEST, MemoryStore, Store, agent_path, validate_agent_name
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
@@ -44,7 +45,6 @@ __all__ = ["ChatStream", "Think", "kebab_case"]
 log = logging.getLogger("think_actors")
 
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
-DATA_DIR_ENV = "THINK_ACTORS_DATA_DIR"
 
 
 def kebab_case(name: str) -> str:
@@ -56,15 +56,15 @@ class ChatStream:
     """The chunks of one ``chat()`` turn. ``request_id`` is known before the turn starts, so
     ``agent.cancel_chat(stream.request_id)`` works while the turn still waits in the queue."""
 
-    def __init__(self, agent: Think, spec: TurnSpec):
+    def __init__(self, engine: Engine, spec: TurnSpec):
         self.request_id = spec.request_id
-        self._agent = agent
+        self._engine = engine
         self._spec = spec
         self._iterator: AsyncIterator[Any] | None = None
 
     def __aiter__(self) -> AsyncIterator[Any]:
         if self._iterator is None:
-            self._iterator = turn_stream(self._agent, self._spec)
+            self._iterator = turn_stream(self._engine, self._spec)
         return self._iterator
 
     async def __anext__(self) -> Any:
@@ -75,12 +75,17 @@ class ChatStream:
         if self._iterator is not None:
             await self._iterator.aclose()  # type: ignore[attr-defined]
         else:
-            self._agent._aborts.remove(self.request_id)
+            self._engine.aborts.remove(self.request_id)
 
     @property
     def status(self) -> str:
         """``completed``, ``error``, ``aborted`` or ``skipped`` once the stream has ended."""
         return self._spec.outcome.status
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        """How the turn ended (status, message, error, output, usage) once the stream has ended."""
+        return self._spec.outcome
 
     async def collect(self) -> list[Any]:
         return [chunk async for chunk in self]
@@ -97,6 +102,7 @@ class Think:
         tools: Extra tools (``@tool`` methods on the class are collected automatically).
         capability_prompt: Whether to tell the model which tools this turn offers.
         data_dir: Where SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
+        context_overflow: Context-window overflow recovery (``ContextOverflowConfig``); None (the default) is off.
     """
 
     model: str | ModelClient | None = None
@@ -106,17 +112,7 @@ class Think:
     tools: Sequence[Tool] = ()
     capability_prompt: bool = True
     data_dir: str | None = None
-
-    _class_tools: dict[str, Tool] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        collected: dict[str, Tool] = {}
-        for klass in reversed(cls.__mro__):
-            for value in vars(klass).values():
-                if isinstance(value, Tool):
-                    collected[value.name] = value
-        cls._class_tools = collected
+    context_overflow: ContextOverflowConfig | None = None
 
     def __init__(
         self,
@@ -142,17 +138,7 @@ class Think:
             self.max_steps = max_steps
         if data_dir is not None:
             self.data_dir = data_dir
-        self._store = store
-        self._session: Session | None = None
-        self._messages: list[UIMessage] = []
-        self._started = False
-        self._queue = TurnQueue()
-        self._aborts = AbortRegistry()
-        self._in_response_hook = False
-        self._emitted: list[Any] = []
-        self._children: dict[str, Any] = {}
-        self._agent_runs: dict[str, Any] = {}
-        self._runtime: Any = None  # set by the Ray runtime when hosted in an actor
+        self._engine = Engine(self, store=store, hook_defaults=Think)
 
     # ------------------------------------------------------------------ lifecycle hooks
 
@@ -202,32 +188,57 @@ class Think:
         """
 
     async def on_step_finish(self, ctx: StepResult) -> None:
-        """Observe a finished step (text, reasoning, tool calls and results, finish reason, usage).
+        """Observe a finished step: the whole step record (text, reasoning, files, sources, tool calls and
+        results, finish reason, usage, warnings, request, response id/model/timestamp, provider metadata, cost).
 
         Turn lock held; once per step, after its tool calls, before the next step. The return value is ignored.
-        Raising ends the turn with an error (the partial reply is kept).
+        Raising ends the turn with an error (stage ``stream``; the partial reply is kept).
         """
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
-        """Observe a finished turn after its assistant message is persisted. Turn lock still held.
+        """Observe a finished turn whose assistant message was persisted. Turn lock already released.
 
-        Fires for ``completed``, ``error`` and ``aborted`` turns, not for skipped ones. Raising is logged and
-        ignored. Start follow-up work with ``submit_messages``; a blocking turn from here raises.
+        Fires for every entry point (``chat``, child-agent calls, ``save_messages``, ``continue_last_turn``) with
+        ``completed`` (even for an empty reply), ``aborted``, or ``error`` when a partial reply with at least one
+        part was persisted; a turn that fails before any part exists fires only ``on_chat_error``. Not fired for
+        skipped turns or for an attempt discarded by context-overflow recovery.
+
+        The lock is released before this runs (the seed's contract; the reference's code runs it inside the
+        slot), so ``save_messages``, ``continue_last_turn`` and ``chat`` work here: the new turn queues behind
+        turns already waiting, and the next queued turn may start while this hook runs. The entry point that ran
+        the turn returns only after this hook finished. A turn started from here does not fire this hook again
+        (re-entrancy guard), so a follow-up turn does not recurse. Raising is logged and ignored.
         """
 
     async def on_chat_error(self, error: BaseException, ctx: ChatErrorContext) -> Any:
-        """Choose the error to report for a failed turn (stages ``turn``, ``stream``, ...).
+        """Choose the error to report for a failed turn. Called exactly once per failed turn, at every stage.
 
-        Return the error (default) or a replacement; its message is what the caller sees. Raising is logged
-        and the original error is reported.
+        Stages (``ctx.stage``): ``persist`` (the input could not be resolved or stored), ``turn`` (setup: no
+        model, no messages, ``before_turn`` raising), ``transcript`` (repairing the transcript failed),
+        ``stream`` (a provider error before or during the stream, an error event inside it, a hook or the
+        consumer raising). ``ctx.messages_persisted`` says whether the user's input is stored;
+        ``ctx.classification`` is ``"context_overflow"`` only when overflow recovery could not save the turn.
+        The partial reply, if any, is persisted before this runs. Turn lock held.
+
+        This is the seed's contract (the reference's code skips in-band stream errors): return the error
+        (default), a replacement exception, or any value; its message (``str(x)``) is what every caller sees —
+        the ``error`` chunk, ``TurnResult.error``, the exception ``save_messages`` raises for a setup failure,
+        and the ``chat:request:failed`` event. Returning None keeps the error. Raising is logged and the original
+        error is reported.
         """
         return error
 
-    async def classify_chat_error(self, error: BaseException, ctx: ChatErrorContext) -> ErrorClassification | None:
-        """Classify a provider error that ended a turn's stream; None means no opinion.
+    async def classify_chat_error(self, error: Any, ctx: ChatErrorContext) -> ErrorClassification | None:
+        """Classify a failed model request, before ``on_chat_error``; None (the default) means no opinion.
 
-        Turn lock held; once per failed stream, with ``ctx.stage == "stream"``. ``"context_overflow"`` is what
-        compact-and-retry acts on; the other categories are recorded only. Raising counts as no opinion.
+        Called only when ``context_overflow.reactive`` is on, with ``ctx = ChatErrorContext(stage="stream",
+        request_id=...)`` (so it may ``self.cancel_chat(ctx.request_id)`` to stop the recovery). ``error`` is the
+        project's error — ``ContextOverflowError``, or a ``ProviderError`` with ``status_code`` and the
+        provider's ``response_body`` — or, for an error event inside the stream, the error text as a ``str``.
+        ``"context_overflow"`` starts compact-and-retry; the other categories are reserved: they change nothing
+        and are not passed to ``on_chat_error``. Assign ``classify_chat_error =
+        ta.default_context_overflow_classifier`` for the shipped classifier. May be sync or async. Turn lock
+        held. Raising counts as no opinion.
         """
         return None
 
@@ -271,9 +282,11 @@ class Think:
         ``message`` is a str, a UIMessage, a list of them, or a function of the transcript evaluated when the
         turn starts. ``client_tools`` are offered for this turn only; with ``on_client_tool_call``
         (``async (tool_name, input, tool_call_id) -> output``) they run inline, else a call ends the turn.
+        A failed turn ends the stream with an ``error`` chunk whose text ``on_chat_error`` chose.
         """
-        TurnQueue.check_not_nested(self, "chat")
-        if request_id is not None and request_id in self._aborts:
+        engine = self._engine
+        TurnQueue.check_not_nested(engine, "chat")
+        if request_id is not None and request_id in engine.aborts:
             raise ConfigurationError(f"request id {request_id!r} is already in use by a live turn")
         spec = self._spec(
             "rpc",
@@ -283,15 +296,16 @@ class Think:
             output=output,
             client_tools=_client_tools(client_tools, on_client_tool_call),
         )
-        return ChatStream(self, spec)
+        return ChatStream(engine, spec)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
         """Append ``messages`` (or a function of the transcript, evaluated when the turn starts) and run a turn.
 
-        Waits for the turn. Raises NestedTurnError from inside a turn, and setup errors (no model, no messages,
-        ``before_turn`` raising); stream errors come back as ``status="error"``.
+        Waits for the turn (and its ``on_chat_response``). Raises NestedTurnError from inside a turn; a setup
+        failure (no model, no messages, ``before_turn`` raising) raises what ``on_chat_error`` returned; stream
+        errors come back as ``status="error"`` with that text in ``error``.
         """
-        TurnQueue.check_not_nested(self, "save_messages")
+        TurnQueue.check_not_nested(self._engine, "save_messages")
         spec = self._spec(
             "programmatic",
             None,
@@ -303,9 +317,10 @@ class Think:
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
         """Run a continuation turn (no new input) when the latest message is the assistant's; else skip."""
-        TurnQueue.check_not_nested(self, "continue_last_turn")
-        await self._ensure_started()
-        if not self._messages or self._messages[-1].role != "assistant":
+        engine = self._engine
+        TurnQueue.check_not_nested(engine, "continue_last_turn")
+        await engine.ensure_started()
+        if not engine.messages or engine.messages[-1].role != "assistant":
             return TurnResult(request_id="", status="skipped")
         spec = self._spec("programmatic", None, continuation=True, body=body, raise_setup_errors=True)
         return await self._drain(spec)
@@ -315,7 +330,8 @@ class Think:
 
         ``mode="append"`` leaves an existing id alone; ``mode="upsert"`` replaces it in place.
         """
-        await self._ensure_started()
+        engine = self._engine
+        await engine.ensure_started()
         if callable(messages):
             messages = messages(self.get_messages())
         items = normalize_input(messages)
@@ -323,55 +339,78 @@ class Think:
             raise ConfigurationError(f"add_messages mode must be 'append' or 'upsert', not {mode!r}")
         parent = parent_id
         for message in items:
-            if mode == "upsert" and await self.store.get_message(message.id) is not None:
-                await self._replace_message(message)
+            if mode == "upsert" and await engine.store.get_message(message.id) is not None:
+                await engine.replace(message)
             else:
-                await self.store.append_message(message, parent)
+                await engine.store.append_message(message, parent)
             parent = message.id
-        self._messages = await self.store.load_messages()
+        await engine.reload()
 
     def get_messages(self) -> list[UIMessage]:
-        """The active transcript (a copy)."""
-        return list(self._messages)
+        """The active transcript (a copy): every message, whatever compaction shows the model."""
+        return list(self._engine.messages)
 
     async def load_messages(self) -> list[UIMessage]:
         """Start the agent if needed and return its transcript."""
-        await self._ensure_started()
+        await self._engine.ensure_started()
         return self.get_messages()
 
     def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         """Abort a queued or running turn; False when the id is unknown or finished."""
-        return self._aborts.cancel(request_id, reason)
+        return self._engine.aborts.cancel(request_id, reason)
 
     def cancel_all_chats(self, reason: str | None = None) -> None:
         """Abort every queued or running turn (the queue itself is untouched)."""
-        self._aborts.cancel_all(reason)
+        self._engine.aborts.cancel_all(reason)
 
     async def clear(self) -> None:
         """Delete the history. Queued turns are skipped; a running turn is aborted and writes nothing."""
-        self._queue.reset()
-        self._aborts.cancel_all("cleared")
-        await self._ensure_started()
-        await self.store.clear_messages()
-        self._messages = []
+        engine = self._engine
+        engine.queue.reset()
+        engine.aborts.cancel_all("cleared")
+        await engine.ensure_started()
+        await engine.store.clear_messages()
+        if engine.session is not None and hasattr(engine.session, "clear"):  # TODO-HELPER: plain call
+            await engine.session.clear()
+        engine.messages = []
 
     async def wait_idle(self) -> None:
         """Wait until no turn runs or waits."""
-        await self._queue.wait_idle()
+        await self._engine.queue.wait_idle()
 
     async def close(self) -> None:
         """Abort turns and close the store."""
-        self._aborts.cancel_all("closed")
-        if self._store is not None:
-            await self._store.close()
+        self._engine.aborts.cancel_all("closed")
+        await self._engine.close()
 
     def emit(self, chunk: Any) -> None:
-        """Put a chunk (e.g. a transient ``data-*`` chunk) into the running turn's stream, from a hook or tool.
+        """Put a chunk (e.g. a transient ``data-*`` chunk, or its dict form) into the running turn's stream.
 
-        It goes out before the next chunk of the turn. Outside a turn it is dropped.
+        Called from a tool or from ``before_tool_call`` / ``after_tool_call``, it keeps its place among that
+        call's chunks (forwarded child chunks, the call's output). From any other hook it goes out before the
+        turn's next chunk. Outside a turn (``on_chat_response`` included: the stream has ended) it is dropped.
         """
-        if self._queue.active_request_id is not None:
-            self._emitted.append(chunk)
+        self._engine.emit(chunk)
+
+    def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
+        """Subscribe ``callback(event)`` to an observability channel (``"agents:chat"``, ``"agents:message"``,
+        ``"agents:transcript"``, or ``"chat"`` for short); returns a function that unsubscribes.
+
+        Events: ``chat:turn:start`` / ``chat:turn:finish``, ``chat:request:failed`` (stage, messagesPersisted,
+        error), ``chat:context:compacted``, ``chat:transcript:repaired``, ``message:error``. Callbacks run in the
+        agent's event loop; an async callback is scheduled as a task; one that raises is logged.
+        """
+        return self._engine.observers.subscribe(channel, callback)
+
+    @property
+    def store(self) -> Store:
+        """The agent's store (a SQLite file under ``data_dir`` unless one was given)."""
+        return self._engine.store
+
+    @property
+    def session(self) -> Session | None:
+        """The session ``configure_session`` returned, once the agent has started."""
+        return self._engine.session
 
     async def sub_agent(self, agent_class: type[Think], name: str, **options: Any) -> Any:
         """A handle to the child agent ``name`` of class ``agent_class``, named under this agent's path.
@@ -380,16 +419,17 @@ class Think:
         object owned by this agent. The handle offers ``chat`` (async iterator of chunks), ``save_messages``,
         ``get_messages``, ``cancel_chat``, ``clear`` ...
         """
+        engine = self._engine
         path = f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
-        if self._runtime is not None:
-            return await self._runtime.sub_agent(agent_class, name, path, options)
+        if engine.runtime is not None:
+            return await engine.runtime.sub_agent(agent_class, name, path, options)
         from .delegation import LocalAgentHandle
 
-        child = self._children.get(path)
+        child = engine.children.get(path)
         if child is None:
-            store = type(self._store)() if isinstance(self._store, MemoryStore) else None
+            store = type(engine.store)() if isinstance(engine.store, MemoryStore) else None
             options.setdefault("data_dir", self.data_dir)
-            child = self._children[path] = LocalAgentHandle(agent_class(name, path=path, store=store, **options))
+            child = engine.children[path] = LocalAgentHandle(agent_class(name, path=path, store=store, **options))
         return child
 
     async def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:
@@ -400,44 +440,25 @@ class Think:
         """
         from ._turn.agent_runs import run_as_tool
 
-        async for item in run_as_tool(self, run_id, input, output):
+        async for item in run_as_tool(self._engine, run_id, input, output):
             yield item
 
-    # ------------------------------------------------------------------ internals used by the engine
-
-    def _take_emitted(self) -> list[Any]:
-        emitted, self._emitted = self._emitted, []
-        return emitted
-
-    @property
-    def store(self) -> Store:
-        if self._store is None:
-            data_dir = self.data_dir or os.environ.get(DATA_DIR_ENV) or os.path.join(os.getcwd(), ".think_actors")
-            self._store = SQLiteStore.for_agent(data_dir, self.path)
-        return self._store
-
-    async def _ensure_started(self) -> None:
-        if self._started:
-            return
-        session = Session(self.path, self.store)
-        self._session = await self.configure_session(session) or session
-        self._store = self._session.store
-        self._messages = await self.store.load_messages()
-        self._started = True
+    # ------------------------------------------------------------------ internals
 
     def _spec(self, trigger: str, request_id: str | None, **kwargs: Any) -> TurnSpec:
+        engine = self._engine
         request_id = request_id or new_id()
         return TurnSpec(
             request_id=request_id,
             trigger=trigger,
-            signal=self._aborts.signal(request_id),
-            generation=self._queue.generation,
+            signal=engine.aborts.signal(request_id),
+            generation=engine.queue.generation,
             **kwargs,
         )
 
     async def _drain(self, spec: TurnSpec) -> TurnResult:
-        await self._ensure_started()
-        async for _ in turn_stream(self, spec):
+        await self._engine.ensure_started()
+        async for _ in turn_stream(self._engine, spec):
             pass
         outcome: TurnOutcome = spec.outcome
         if spec.signal.aborted and outcome.status == "completed":
@@ -449,79 +470,9 @@ class Think:
             error=outcome.error,
             continuation=spec.continuation,
             output=outcome.output,
+            usage=outcome.usage,
+            cost_usd=outcome.cost_usd,
         )
-
-    def _overrides(self, hook: str) -> bool:
-        return getattr(type(self), hook) is not getattr(Think, hook)
-
-    def _collect_tools(self) -> dict[str, Tool]:
-        tools = {name: t.bind(self) for name, t in self._class_tools.items()}
-        for extra in (*self.tools, *self.get_tools()):
-            tools[extra.name] = extra.bind(self)
-        return tools
-
-    def _start_tool(self, tool: Tool, value: Any, context: ToolContext) -> Any:
-        """Start one tool execution; the runtime overrides where remote tools run."""
-        if tool.executor is not None:
-            return tool.executor(value, context)
-        if tool.remote is not None and self._runtime is not None:
-            return self._runtime.run_task_tool(tool, value, context)
-        return tool.call(value, context)
-
-    async def _append(self, message: UIMessage) -> None:
-        if await self.store.append_message(message):
-            self._messages.append(message)
-
-    async def _upsert(self, message: UIMessage) -> None:
-        await self.store.upsert_message(message)
-        for i in range(len(self._messages) - 1, -1, -1):
-            if self._messages[i].id == message.id:
-                self._messages[i] = message
-                return
-        self._messages.append(message)
-
-    async def _replace_message(self, message: UIMessage) -> None:
-        await self.store.update_message(message)
-        for i, existing in enumerate(self._messages):
-            if existing.id == message.id:
-                self._messages[i] = message
-
-    async def _apply_tool_update(self, update: ToolUpdate) -> None:
-        """Apply a tool result to the earlier message holding its call (first write wins)."""
-        for message in reversed(self._messages):
-            updated = update.apply(message)
-            if updated is not None:
-                await self._replace_message(updated)
-                return
-
-    async def _report_error(self, error: BaseException, ctx: ChatErrorContext) -> str:
-        try:
-            reported = await self.on_chat_error(error, ctx)
-        except Exception:
-            log.exception("on_chat_error raised; reporting the original error")
-            reported = error
-        if reported is None:
-            reported = error
-        message = getattr(reported, "message", None) if isinstance(reported, ThinkError) else None
-        return message or str(reported) or type(reported).__name__
-
-    async def _classify(self, error: BaseException, request_id: str) -> str | None:
-        try:
-            return await self.classify_chat_error(error, ChatErrorContext(request_id=request_id, stage="stream"))
-        except Exception:
-            log.exception("classify_chat_error raised; treating the error as unclassified")
-            return None
-
-    async def _fire_response(self, result: ChatResponseResult) -> None:
-        if self._in_response_hook:  # a response hook triggered from inside another is not called
-            return
-        self._in_response_hook = True
-        try:
-            await self.on_chat_response(result)
-        except Exception:
-            log.exception("on_chat_response raised (ignored)")
-        finally:
-            self._in_response_hook = False
 
 
 def _client_tools(schemas: Sequence[ClientToolSchema | dict[str, Any]] | None, executor: Any) -> list[Tool]:

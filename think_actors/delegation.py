@@ -65,6 +65,9 @@ class LocalAgentHandle:
         result: AsyncIterator[Any] = self.agent.run_as_tool(run_id, input, output=output)
         return result
 
+    async def observe(self, channel: str, callback: Any) -> Any:
+        return self.agent.observe(channel, callback)
+
 
 def _run_name(tool_call_id: str) -> str:
     return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")
@@ -205,7 +208,7 @@ def actor_tool(
 
     async def execute(value: Any, context: ToolContext) -> Any:
         kwargs = value.model_dump() if isinstance(value, BaseModel) else dict(value)
-        runtime = context.agent._runtime
+        runtime = context.agent._engine.runtime
         if runtime is None:
             from .runtime import call_actor_method
 

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .messages import UIMessage
-from .models import ModelClient, Usage
+from .messages import FilePart, SourceUrlPart, UIMessage
+from .models import ModelClient, ModelRequest, Usage
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -22,9 +22,12 @@ __all__ = [
     "ChatErrorStage",
     "ChatResponseResult",
     "ChunkContext",
+    "ContextOverflowConfig",
     "ErrorClassification",
+    "Proactive",
     "StepConfig",
     "StepContext",
+    "StepResponse",
     "StepResult",
     "StopCondition",
     "Substitute",
@@ -68,8 +71,23 @@ class ToolResult:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class StepResponse:
+    """The provider's side of a step: the response id, the model the provider says answered, when it answered
+    (unix seconds), and the messages the step adds to the conversation (OpenAI format)."""
+
+    id: str | None = None
+    model: str | None = None
+    timestamp: float | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class StepResult:
-    """What one step (one model request and its tool calls) produced."""
+    """What one step (one model request and its tool calls) produced: the AI SDK's step record.
+
+    ``model`` is the model id the request named; ``response.model`` what the provider reports. ``request`` is
+    the request as sent. ``cost_usd`` comes from litellm's price table when the model is priced, else None.
+    """
 
     step_number: int
     text: str
@@ -79,6 +97,17 @@ class StepResult:
     finish_reason: str
     usage: Usage
     model: str = ""
+    files: tuple[FilePart, ...] = ()
+    sources: tuple[SourceUrlPart, ...] = ()
+    warnings: tuple[str, ...] = ()
+    request: ModelRequest | None = None
+    response: StepResponse = field(default_factory=StepResponse)
+    provider_metadata: dict[str, Any] | None = None
+    cost_usd: float | None = None
+
+    @property
+    def reasoning_text(self) -> str:
+        return self.reasoning
 
 
 StopCondition = Callable[[Sequence[StepResult]], bool | Awaitable[bool]]
@@ -149,6 +178,37 @@ class TurnConfig:
     headers: dict[str, str] | None = None
     provider_options: dict[str, Any] | None = None
     repair_tool_call: Callable[[Any], Awaitable[Any]] | None = None
+    context_overflow: ContextOverflowConfig | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Proactive:
+    """Compact before a step when the previous step's input tokens reached ``headroom * max_input_tokens``.
+
+    ``max_input_tokens`` None takes the model's context window from litellm's model table (through the model
+    client) when it is known; without a window the guard stays off. At most ``max_compactions`` compactions per
+    turn (an attempt that could not shorten the history counts too).
+    """
+
+    max_input_tokens: int | None = None
+    headroom: float = 0.9
+    max_compactions: int = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextOverflowConfig:
+    """Context-window overflow recovery (class attribute ``context_overflow``, or per turn in ``TurnConfig``).
+
+    ``reactive``: when a model request fails and ``classify_chat_error`` says ``"context_overflow"``, discard
+    the failed attempt's partial reply, compact the history (the session's compaction function) and run the turn
+    again, at most ``max_retries`` times; when compaction cannot shorten the history or the retries are spent,
+    the turn fails through ``on_chat_error`` with ``classification="context_overflow"``. Continuation turns are
+    never retried. ``proactive``: see ``Proactive``.
+    """
+
+    reactive: bool = True
+    max_retries: int = 1
+    proactive: Proactive | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -255,10 +315,18 @@ class ChatResponseResult:
     status: Literal["completed", "error", "aborted"]
     continuation: bool = False
     error: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatErrorContext:
+    """Where a turn failed: ``stage`` is ``persist`` (resolving or storing the input), ``turn`` (setup:
+    ``before_turn``, no model, no messages), ``transcript`` (repairing the transcript), ``stream`` (the model
+    request or anything after it, hooks included), ``parse`` (a malformed client frame) or ``recovery``.
+    ``messages_persisted`` tells whether the user's input is already stored; ``classification`` is set only on
+    the final call for a context overflow that recovery could not save."""
+
     request_id: str | None
     stage: ChatErrorStage
     messages_persisted: bool = False
@@ -275,3 +343,5 @@ class TurnResult:
     error: str | None = None
     continuation: bool = False
     output: Any = field(default=None)
+    usage: Usage | None = None
+    cost_usd: float | None = None

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,8 @@ from .chunks import chunk_classes as _chunk_classes
 from .errors import AgentCycleError, AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
 from .messages import UIMessage
-from .models import ModelRequest, set_model_resolver
+from .models import ModelInfo, ModelRequest, set_model_resolver
+from .observability import Event
 from .store import agent_path
 from .tools import Tool, ToolContext
 
@@ -310,9 +311,43 @@ class AgentHandle:
     async def clear(self) -> None:
         await _call(self._actor.clear.remote())
 
+    async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
+        """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).
+
+        Returns once the subscription is live in the actor; the callback runs in this process (an async one is
+        awaited in order). Call the returned function to unsubscribe.
+        """
+        generator = self._actor.events.options(num_returns="streaming").remote(channel)
+        try:
+            await (await generator.__anext__())  # the actor subscribed (or refused the channel)
+        except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+            raise _unwrap(err) from None
+        task = asyncio.ensure_future(_deliver_events(generator, callback))
+
+        def unsubscribe() -> None:
+            task.cancel()
+            ray.cancel(generator)
+
+        return unsubscribe
+
     async def kill(self, *, restart: bool = True) -> None:
         """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history)."""
         ray.kill(self._actor, no_restart=not restart)
+
+
+async def _deliver_events(generator: Any, callback: Callable[[Event], Any]) -> None:
+    try:
+        async for ref in generator:
+            for event in await ref:
+                result = callback(event)
+                if inspect.isawaitable(result):
+                    await result
+    except asyncio.CancelledError:
+        raise
+    except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+        log.warning("observability stream ended: %s", _unwrap(err))
+    except Exception:
+        log.exception("observability callback raised; the subscription ended")
 
 
 _CHUNK_CLASSES: tuple[type[Any], ...] = tuple(_chunk_classes())
@@ -424,7 +459,7 @@ class AgentHost:
         _process_setup(config)
         self.config = config
         self.agent = agent_class(name, path=path, **options)
-        self.agent._runtime = _ActorRuntime(self.agent, config)
+        self.agent._engine.runtime = _ActorRuntime(self.agent, config)
         self.path = path
 
     def _enter(self, caller_chain: tuple[str, ...]) -> None:
@@ -433,19 +468,19 @@ class AgentHost:
         chain.CHAIN.set((*caller_chain, self.path))
 
     async def ready(self) -> dict[str, Any]:
-        await self.agent._ensure_started()
+        messages = await self.agent.load_messages()
         return {
             "path": self.path,
             "pid": os.getpid(),
             "node_id": ray.get_runtime_context().get_node_id(),
-            "messages": len(self.agent._messages),
+            "messages": len(messages),
         }
 
     async def chat(
         self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]
     ) -> AsyncIterator[list[Any]]:
         self._enter(caller_chain)
-        await self.agent._ensure_started()
+        await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
         async for batch in _batches(stream.__aiter__(), self.config):
             yield batch
@@ -479,9 +514,23 @@ class AgentHost:
     async def clear(self) -> None:
         await self.agent.clear()
 
+    async def events(self, channel: str) -> AsyncIterator[list[Any]]:
+        """Stream the agent's events on ``channel`` in batches; the first (empty) batch says it is subscribed."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        unsubscribe = self.agent.observe(channel, queue.put_nowait)
+        try:
+            yield []
+            while True:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                yield batch
+        finally:
+            unsubscribe()
+
 
 class _ActorRuntime:
-    """What an agent hosted in an actor uses to reach other actors (set as ``agent._runtime``)."""
+    """What an agent hosted in an actor uses to reach other actors (set as the engine's ``runtime``)."""
 
     def __init__(self, agent: Think, config: RuntimeConfig):
         self.agent = agent
@@ -540,6 +589,12 @@ class ModelServer:
         async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
             yield batch
 
+    async def model_info(self, model: str) -> ModelInfo | None:
+        return await self.client.model_info(model)
+
+    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        return await self.client.count_tokens(model, messages)
+
 
 class _PooledModel:
     """A ModelClient that streams from a model-server actor on this node."""
@@ -547,16 +602,32 @@ class _PooledModel:
     def __init__(self, servers: list[Any]):
         self._servers = servers
         self._next = 0
+        self._model_info: dict[str, ModelInfo | None] = {}
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+    def _server(self) -> Any:
         server = self._servers[self._next % len(self._servers)]
         self._next += 1
-        remote = RemoteStream(server.stream.options(num_returns="streaming").remote(request))
+        return server
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
         try:
             async for event in remote:
                 yield event
         finally:
             await remote.aclose()
+
+    async def model_info(self, model: str) -> ModelInfo | None:
+        """The model's limits and prices from a model server, remembered per model id in this process."""
+        # A failed call raises and is not remembered; an unknown model (None) is.
+        if model not in self._model_info:
+            self._model_info[model] = await _call(self._server().model_info.remote(model))
+        return self._model_info[model]
+
+    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        """The prompt's size by ``model``'s tokenizer, counted in a model server (this process has no litellm)."""
+        count: int | None = await _call(self._server().count_tokens.remote(model, messages))
+        return count
 
 
 class _PoolResolver:

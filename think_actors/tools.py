@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-__all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "tool"]
+__all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "class_tools", "tool"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -198,6 +199,22 @@ class Tool:
                 last = item
             result = last
         return _jsonable(result)
+
+
+_CLASS_TOOLS: weakref.WeakKeyDictionary[type, dict[str, Tool]] = weakref.WeakKeyDictionary()
+
+
+def class_tools(cls: type) -> dict[str, Tool]:
+    """The ``@tool`` attributes of ``cls`` and its bases by name (a subclass's definition wins)."""
+    found = _CLASS_TOOLS.get(cls)
+    if found is None:
+        found = {}
+        for klass in reversed(cls.__mro__):
+            for value in vars(klass).values():
+                if isinstance(value, Tool):
+                    found[value.name] = value
+        _CLASS_TOOLS[cls] = found
+    return found
 
 
 def _short_errors(err: ValidationError) -> str:

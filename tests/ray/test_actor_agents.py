@@ -45,10 +45,10 @@ async def test_hooks_run_in_order_inside_the_actor(ray_runtime: Any, unique: str
         "tool-input-delta",
         "tool-input-delta",
         "tool-input-available",
-        "data-hook",
-        "data-hook",
+        "data-hook",  # before_tool_call
         "tool-output-available",
-        "data-hook",
+        "data-hook",  # after_tool_call: after the call's output (one ordered stream)
+        "data-hook",  # on_step_finish
         "finish-step",
         "data-hook",
         "start-step",

@@ -18,7 +18,7 @@ from ..tools import _jsonable
 from .queue import TurnQueue
 
 if TYPE_CHECKING:
-    from ..agent import Think
+    from .engine import Engine
 
 _KV_PREFIX = "agent-tool-run:"
 
@@ -55,13 +55,13 @@ def format_input(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:
+async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:
     """Run the child's turn and record how it ended; every path ends with a result, so no caller waits forever."""
     outcome = None
     error: str | None = None
     try:
-        stream = agent.chat(format_input(input), request_id=run_id, output=output)
-        outcome = stream._spec.outcome
+        stream = engine.agent.chat(format_input(input), request_id=run_id, output=output)
+        outcome = stream.outcome
         async for chunk in stream:
             if chunk.type == "error":
                 error = chunk.error_text
@@ -72,7 +72,7 @@ async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: A
     finally:
         run.result = _result(run_id, outcome, error, output is not None)
         try:
-            await agent.store.set_kv(
+            await engine.store.set_kv(
                 _KV_PREFIX + run_id,
                 {
                     "status": run.result.status,
@@ -83,7 +83,7 @@ async def _drive(agent: Think, run_id: str, run: _LiveRun, input: Any, output: A
             )
         finally:
             run.changed.set()
-            agent._agent_runs.pop(run_id, None)
+            engine.agent_runs.pop(run_id, None)
 
 
 def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> AgentRunResult:
@@ -99,18 +99,18 @@ def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> A
     return AgentRunResult(run_id=run_id, status=status, summary=summary, error=error or outcome.error or status)
 
 
-async def run_as_tool(agent: Think, run_id: str, input: Any, output: Any) -> AsyncIterator[Any]:
+async def run_as_tool(engine: Engine, run_id: str, input: Any, output: Any) -> AsyncIterator[Any]:
     # From inside one of the agent's own turns the run would wait for that turn's slot forever.
-    TurnQueue.check_not_nested(agent, "run_as_tool")
-    await agent._ensure_started()
-    run: _LiveRun | None = agent._agent_runs.get(run_id)
+    TurnQueue.check_not_nested(engine, "run_as_tool")
+    await engine.ensure_started()
+    run: _LiveRun | None = engine.agent_runs.get(run_id)
     if run is None:
-        stored = await agent.store.get_kv(_KV_PREFIX + run_id)
+        stored = await engine.store.get_kv(_KV_PREFIX + run_id)
         if stored is not None:
             yield AgentRunResult(run_id=run_id, **stored)
             return
-        run = agent._agent_runs[run_id] = _LiveRun()
-        run.task = asyncio.create_task(_drive(agent, run_id, run, input, output))
+        run = engine.agent_runs[run_id] = _LiveRun()
+        run.task = asyncio.create_task(_drive(engine, run_id, run, input, output))
     sent = 0
     while True:
         while sent < len(run.chunks):

@@ -2,6 +2,11 @@
 
 Every entry point (``chat``, ``save_messages``, ``continue_last_turn``, and later submissions and agent-tool
 runs) builds a ``TurnSpec`` and iterates ``turn_stream``. Blocking entry points just drain it.
+
+Two rules of the seed shape this module. Every failed turn, whatever the stage, goes through ``on_chat_error``
+exactly once, and what it returns is what every caller sees. ``on_chat_response`` runs after the turn slot is
+released (so it may start turns), and only for turns that persisted an assistant message; the entry point that
+ran the turn still returns after the hook.
 """
 
 from __future__ import annotations
@@ -10,24 +15,25 @@ import asyncio
 import inspect
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..chunks import AbortChunk, ErrorChunk, MessageAccumulator, StartChunk
-from ..errors import ConfigurationError, ModelError, NoMessagesError
-from ..hooks import ChatErrorContext, ChatResponseResult, TurnConfig, TurnContext
+from ..chunks import AbortChunk, DataChunk, ErrorChunk, MessageAccumulator, StartChunk
+from ..errors import ConfigurationError, ModelError, NoMessagesError, TurnError
+from ..hooks import ChatErrorContext, ChatErrorStage, ChatResponseResult, TurnConfig, TurnContext
 from ..messages import ToolPart, UIMessage, new_id, user_message
-from ..tools import Tool
+from ..models import Usage
 from .abort import AbortSignal
-from .convert import ensure_continue_checkpoint, repair_transcript, to_model_messages, truncate_older
+from .assembly import assemble_history, system_prompt
+from .convert import ensure_continue_checkpoint
+from .engine import Engine
 from .loop import run_steps
+from .overflow import compact
 from .run import TurnRun
-
-if TYPE_CHECKING:
-    from ..agent import Think
 
 log = logging.getLogger("think_actors")
 
@@ -39,6 +45,8 @@ class TurnOutcome:
     error: str | None = None
     output: Any = None
     classification: str | None = None
+    usage: Usage | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(slots=True)
@@ -50,14 +58,22 @@ class TurnSpec:
     input: Any = None  # None: no new input (continuation); list of messages; or a function of the transcript
     continuation: bool = False
     body: dict[str, Any] | None = None
-    client_tools: list[Tool] = field(default_factory=list)
+    client_tools: list[Any] = field(default_factory=list)
     raise_setup_errors: bool = False  # blocking callers get the exception; streams get an error chunk
     output: Any = None  # structured output type, unless before_turn sets one
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
+    response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
 
 
 class _Aborted(Exception):
     pass
+
+
+class _SetupFailed(Exception):
+    """A setup failure already reported through on_chat_error; ``raised`` is what a blocking caller gets."""
+
+    def __init__(self, raised: BaseException):
+        self.raised = raised
 
 
 def normalize_input(value: Any) -> list[UIMessage]:
@@ -81,9 +97,9 @@ def normalize_input(value: Any) -> list[UIMessage]:
     raise ConfigurationError(f"cannot make messages of {type(value).__name__}: pass str, UIMessage or a list")
 
 
-async def _resolve_input(agent: Think, value: Any) -> list[UIMessage]:
+async def _resolve_input(engine: Engine, value: Any) -> list[UIMessage]:
     if callable(value):
-        value = value(agent.get_messages())
+        value = value(list(engine.messages))
         if inspect.isawaitable(value):
             value = await value
     return normalize_input(value)
@@ -102,12 +118,13 @@ def _output_format(output: Any) -> dict[str, Any] | None:
     raise ConfigurationError("TurnConfig.output must be a pydantic model class or a response_format dict")
 
 
-async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
+async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
     """Assemble the turn and apply ``before_turn``; raises on setup failures (stage ``turn``)."""
-    repaired, changed, _ = repair_transcript(agent._messages, agent.repair_interrupted_tool_part)
-    for message in changed:
-        await agent._replace_message(message)
-    model_messages = to_model_messages(truncate_older(repaired))
+    agent = engine.agent
+    try:
+        repaired, model_messages = await assemble_history(engine, spec.request_id)
+    except Exception as err:
+        raise _StageError("transcript", err) from err
     if not model_messages:
         raise NoMessagesError(
             "No messages to send to the model: the transcript is empty",
@@ -115,11 +132,11 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
             messages_persisted=True,
             request_id=spec.request_id,
         )
-    tools = agent._collect_tools()
+    tools = engine.collect_tools()
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model
-    system = agent.get_system_prompt(tools)
+    system = await system_prompt(engine, agent.get_system_prompt(tools))
     ctx = TurnContext(
         request_id=spec.request_id,
         system=system,
@@ -131,6 +148,10 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         trigger=spec.trigger,
     )
     cfg = await agent.before_turn(ctx) or TurnConfig()
+    if not isinstance(cfg, TurnConfig):
+        raise ConfigurationError(
+            f"before_turn must return a TurnConfig or None, not {type(cfg).__name__}", request_id=spec.request_id
+        )
     if cfg.model is None and model is None:
         raise ConfigurationError(
             f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",
@@ -143,7 +164,7 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         system = cfg.instructions if cfg.instructions is not None else cfg.system  # type: ignore[assignment]
     elif cfg.tools or cfg.active_tools is not None:
         offered = {n: t for n, t in tools.items() if cfg.active_tools is None or n in cfg.active_tools}
-        system = agent.get_system_prompt(offered)
+        system = await system_prompt(engine, agent.get_system_prompt(offered))
     params = {
         k: v
         for k, v in (
@@ -158,13 +179,14 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         )
         if v is not None
     }
+    messages = ensure_continue_checkpoint(cfg.messages if cfg.messages is not None else model_messages)
     return TurnRun(
-        agent=agent,
+        engine=engine,
         request_id=spec.request_id,
         signal=spec.signal,
         model=cfg.model or model,  # type: ignore[arg-type]
         system=system,
-        messages=ensure_continue_checkpoint(cfg.messages if cfg.messages is not None else model_messages),
+        messages=messages,
         tools=tools,
         active_tools=cfg.active_tools,
         tool_choice=cfg.tool_choice,
@@ -180,9 +202,20 @@ async def prepare(agent: Think, spec: TurnSpec) -> TurnRun:
         provider_options=dict(cfg.provider_options or {}),
         repair_tool_call=cfg.repair_tool_call,
         continuation=spec.continuation,
-        on_chunk=agent.on_chunk if agent._overrides("on_chunk") else None,
+        on_chunk=agent.on_chunk if engine.overrides("on_chunk") else None,
         tool_call_ids={p.tool_call_id for m in repaired for p in m.parts if isinstance(p, ToolPart)},
+        context_overflow=cfg.context_overflow if cfg.context_overflow is not None else agent.context_overflow,
+        baseline=len(messages),
     )
+
+
+class _StageError(Exception):
+    """A setup failure at a stage other than ``turn``."""
+
+    def __init__(self, stage: ChatErrorStage, error: BaseException):
+        super().__init__(str(error))
+        self.stage: ChatErrorStage = stage
+        self.error = error
 
 
 def _parse_output(run: TurnRun) -> Any:
@@ -193,74 +226,199 @@ def _parse_output(run: TurnRun) -> Any:
     return json.loads(text)
 
 
-async def turn_stream(agent: Think, spec: TurnSpec) -> AsyncIterator[Any]:
+async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
     """The chunks of one turn, from the moment it holds the agent's turn slot to its response hook."""
     outcome = spec.outcome
+    started = time.monotonic()
+    admitted = False
     try:
-        async with agent._queue.slot(agent, spec.request_id):
-            # Chunks an earlier turn emitted after its stream ended (its on_chat_response) belong to no stream.
-            agent._take_emitted()
-            await agent._ensure_started()  # chat() streams come here without a blocking entry point's start
-            if agent._queue.generation != spec.generation:
-                outcome.status = "skipped"
-                return
-            if spec.input is not None:
-                messages = await _resolve_input(agent, spec.input)
-                if agent._queue.generation != spec.generation:
-                    outcome.status = "skipped"
-                    return
-                for message in messages:
-                    await agent._append(message)
-            if spec.signal.aborted:  # a pre-aborted turn keeps its input but runs no model
-                outcome.status = "aborted"
-                return
-            try:
-                run = await prepare(agent, spec)
-            except Exception as err:
-                outcome.status = "error"
-                if spec.raise_setup_errors:
-                    outcome.error = str(err)
-                    raise
-                report = await agent._report_error(
-                    err, ChatErrorContext(request_id=spec.request_id, stage="turn", messages_persisted=True)
+        try:
+            async with engine.queue.slot(engine, spec.request_id):
+                admitted = True
+                # Chunks emitted after an earlier turn's stream ended belong to no stream.
+                engine.take_emitted()
+                await engine.ensure_started()  # chat() streams come here without a blocking entry point's start
+                engine.publish(
+                    "chat:turn:start",
+                    {
+                        "requestId": spec.request_id,
+                        "trigger": spec.trigger,
+                        "admission": "queue",
+                        "continuation": spec.continuation,
+                        "generation": spec.generation,
+                    },
                 )
-                outcome.error = report
-                yield ErrorChunk(error_text=report)
-                return
-            inner = _stream(agent, spec, run)
-            try:
-                async for chunk in inner:
-                    yield chunk
-            finally:
-                # Closing here (not at garbage collection) finalizes the turn inside its slot.
-                await inner.aclose()
+                body = _turn_body(engine, spec)
+                try:
+                    async for chunk in body:
+                        yield chunk
+                finally:
+                    # Closing here (not at garbage collection) finalizes the turn inside its slot.
+                    await body.aclose()
+        finally:
+            engine.aborts.remove(spec.request_id)
+    except _SetupFailed as failed:
+        raise failed.raised from None
     finally:
-        agent._aborts.remove(spec.request_id)
+        # The slot is released: the next queued turn may start while the response hook runs.
+        if spec.response is not None:
+            await engine.fire_response(spec.response)
+        if admitted:
+            engine.publish(
+                "chat:turn:finish",
+                {
+                    "requestId": spec.request_id,
+                    "trigger": spec.trigger,
+                    "admission": "queue",
+                    "continuation": spec.continuation,
+                    "generation": spec.generation,
+                    "status": outcome.status,
+                    "durationMs": round((time.monotonic() - started) * 1000, 3),
+                    **({"error": outcome.error} if outcome.error else {}),
+                },
+            )
 
 
-async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncGenerator[Any, None]:
+async def _fail_setup(
+    engine: Engine, spec: TurnSpec, err: BaseException, stage: ChatErrorStage, persisted: bool
+) -> AsyncGenerator[Any, None]:
+    """Report a failure before the model ran: an error chunk for streams, the reported error for blocking callers."""
+    outcome = spec.outcome
+    outcome.status = "error"
+    text, raised = await engine.report_error(
+        err, ChatErrorContext(request_id=spec.request_id, stage=stage, messages_persisted=persisted)
+    )
+    outcome.error = text
+    if spec.raise_setup_errors:
+        raise _SetupFailed(raised)
+    yield ErrorChunk(error_text=text)
+
+
+async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None]:
+    outcome = spec.outcome
+    if engine.queue.generation != spec.generation:
+        outcome.status = "skipped"
+        return
+    if spec.input is not None:
+        try:
+            messages = await _resolve_input(engine, spec.input)
+        except Exception as err:
+            async for chunk in _fail_setup(engine, spec, err, "persist", False):
+                yield chunk
+            return
+        if engine.queue.generation != spec.generation:
+            outcome.status = "skipped"
+            return
+        try:
+            for message in messages:
+                await engine.append(message)
+        except Exception as err:
+            async for chunk in _fail_setup(engine, spec, err, "persist", False):
+                yield chunk
+            return
+    if spec.signal.aborted:  # a pre-aborted turn keeps its input but runs no model
+        outcome.status = "aborted"
+        return
+    attempt = 0
+    started = True
+    while True:
+        try:
+            run = await prepare(engine, spec)
+        except _StageError as err:
+            async for chunk in _fail_setup(engine, spec, err.error, err.stage, True):
+                yield chunk
+            return
+        except Exception as err:
+            async for chunk in _fail_setup(engine, spec, err, "turn", True):
+                yield chunk
+            return
+        attempt_result = _Attempt()
+        inner = _stream(engine, spec, run, attempt_result, first=started)
+        started = False
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:
+            await inner.aclose()
+        overflow = attempt_result.overflow
+        if overflow is None:
+            return
+        # A classified context overflow: the failed attempt's partial reply was discarded, nothing reported yet.
+        config = run.context_overflow
+        assert config is not None
+        shortened = False
+        if attempt < config.max_retries and not spec.signal.aborted and engine.session is not None:
+            attempt += 1
+            compacted = await compact(engine, "reactive", spec.request_id)
+            shortened = compacted is not None
+            engine.publish(
+                "chat:context:compacted",
+                {"reason": "reactive", "shortened": shortened, "requestId": spec.request_id, "attempt": attempt},
+            )
+        if spec.signal.aborted:
+            outcome.status = "aborted"
+            yield AbortChunk(reason=spec.signal.reason)
+            return
+        if shortened:
+            yield DataChunk(
+                type="data-context-compacted",
+                data={"reason": "reactive", "attempt": attempt, "discarded": attempt_result.message_id},
+                transient=True,
+            )
+            continue
+        text, _ = await engine.report_error(
+            overflow,
+            ChatErrorContext(
+                request_id=spec.request_id,
+                stage="stream",
+                messages_persisted=True,
+                classification="context_overflow",
+            ),
+        )
+        outcome.status = "error"
+        outcome.error = text
+        outcome.classification = "context_overflow"
+        yield ErrorChunk(error_text=text)
+        return
+
+
+@dataclass(slots=True)
+class _Attempt:
+    overflow: BaseException | None = None
+    message_id: str | None = None
+
+
+def _classifier_argument(err: ModelError) -> Any:
+    # The seed: a provider error that arrived as an error part of the stream reaches the classifier as its text.
+    return (err.message or str(err)) if err.in_stream else err
+
+
+async def _stream(
+    engine: Engine, spec: TurnSpec, run: TurnRun, attempt: _Attempt, *, first: bool
+) -> AsyncGenerator[Any, None]:
     outcome = spec.outcome
     signal = spec.signal
     acc = MessageAccumulator(new_id(), continuation=spec.continuation)
+    attempt.message_id = acc.message_id
     steps = run_steps(run)
     status = "completed"
-    error_text: str | None = None
-    thrown: Exception | None = None
+    failure: BaseException | None = None
     external_cancel = False
     consumer_gone = False
     finished = False
     try:
         start = StartChunk(message_id=None if spec.continuation else acc.message_id)
         acc.apply(start)
-        yield start
+        if first:  # a retried attempt continues the stream its caller already reads
+            yield start
         async for chunk in steps:
-            if agent._emitted:  # chunks a hook or tool put into the stream go out first, in order
-                for extra in agent._take_emitted():
+            if engine.emitted:  # chunks a hook put into the stream go out before the next chunk, in order
+                for extra in engine.take_emitted():
                     acc.apply(extra)
                     yield extra
             update = acc.apply(chunk)
             if update is not None:
-                await agent._apply_tool_update(update)
+                await engine.apply_tool_update(update)
             if signal.aborted:
                 raise _Aborted
             finished = chunk.type == "finish"
@@ -278,52 +436,66 @@ async def _stream(agent: Think, spec: TurnSpec, run: TurnRun) -> AsyncGenerator[
         consumer_gone = True
         if not finished:
             status = "aborted"
-    except ModelError as err:  # provider failures arrive in-band, as the AI SDK streams them
+    except Exception as err:  # provider errors, hooks that raised, a consumer's athrow: all are stream failures
         status = "error"
-        error_text = err.message or str(err)
-        outcome.classification = await agent._classify(err, spec.request_id)
-    except Exception as err:
-        status = "error"
-        thrown = err
+        failure = err
     finally:
         await steps.aclose()
 
+    if (
+        isinstance(failure, ModelError)
+        and run.context_overflow is not None
+        and run.context_overflow.reactive
+        and not spec.continuation
+        and await engine.classify(_classifier_argument(failure), spec.request_id) == "context_overflow"
+    ):
+        if signal.aborted:  # the classifier (or anyone) cancelled the turn: an abort, not a recovery
+            status, failure = "aborted", None
+        else:
+            attempt.overflow = failure  # discarded: never persisted, never reported as this attempt's end
+            return
     can_yield = not consumer_gone and not external_cancel
     if status == "aborted" and can_yield:
         yield AbortChunk(reason=signal.reason)
-    if error_text is not None and can_yield:
-        yield ErrorChunk(error_text=error_text)
 
-    current = agent._queue.generation == spec.generation
+    current = engine.queue.generation == spec.generation
     message = acc.message()
-    if current and acc.has_content:
-        # Persist before the response hook and before releasing the slot, so the next turn sees this reply.
-        await agent._upsert(message)
+    persisted = current and acc.has_content
+    if persisted:
+        # Persist before releasing the slot, so the next turn sees this reply, and before on_chat_error (seed).
+        await engine.upsert(message)
         outcome.message = message
-    if thrown is not None:
-        log.exception("turn %s failed while streaming", spec.request_id, exc_info=thrown)
-        error_text = await agent._report_error(
-            thrown, ChatErrorContext(request_id=spec.request_id, stage="stream", messages_persisted=True)
-        )
-        if can_yield:
-            yield ErrorChunk(error_text=error_text)
+    error_text: str | None = None
     if status == "completed" and run.output_type is not None:
         try:
             outcome.output = _parse_output(run)
         except (ValidationError, ValueError) as err:
-            status, error_text = "error", f"The model's answer does not match the output schema: {err}"
+            status = "error"
+            failure = TurnError(f"The model's answer does not match the output schema: {err}", stage="stream")
+    if failure is not None:
+        if not isinstance(failure, ModelError | TurnError):
+            log.error("turn %s failed while streaming", spec.request_id, exc_info=failure)
+        error_text, _ = await engine.report_error(
+            failure, ChatErrorContext(request_id=spec.request_id, stage="stream", messages_persisted=True)
+        )
+        engine.publish("message:error", {"requestId": spec.request_id, "error": error_text})
+        if can_yield:
+            yield ErrorChunk(error_text=error_text)
     # A turn whose conversation was cleared under it wrote nothing: for every caller it was skipped.
     outcome.status = "skipped" if not current and status == "completed" else status
     outcome.error = error_text
-    if current and (thrown is None or acc.has_content):
-        await agent._fire_response(
-            ChatResponseResult(
-                request_id=spec.request_id,
-                message=message,
-                status=status,  # type: ignore[arg-type]
-                continuation=spec.continuation,
-                error=error_text,
-            )
+    outcome.usage = run.usage
+    outcome.cost_usd = run.cost_usd
+    # The seed: a turn that fails before any part of the reply exists is handled by on_chat_error alone.
+    if current and (status != "error" or persisted):
+        spec.response = ChatResponseResult(
+            request_id=spec.request_id,
+            message=message,
+            status=status,  # type: ignore[arg-type]
+            continuation=spec.continuation,
+            error=error_text,
+            usage=run.usage,
+            cost_usd=run.cost_usd,
         )
     if external_cancel:
         raise asyncio.CancelledError

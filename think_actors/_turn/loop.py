@@ -13,11 +13,13 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from ..chunks import (
+    FileChunk,
     FinishChunk,
     FinishStepChunk,
     ReasoningDeltaChunk,
     ReasoningEndChunk,
     ReasoningStartChunk,
+    SourceUrlChunk,
     StartStepChunk,
     TextDeltaChunk,
     TextEndChunk,
@@ -25,9 +27,21 @@ from ..chunks import (
     ToolInputDeltaChunk,
     ToolInputStartChunk,
 )
-from ..hooks import ChunkContext, StepConfig, StepContext, StepResult, ToolCall, ToolResult
-from ..messages import new_id
-from ..models import FinishEvent, ModelRequest, ReasoningDelta, TextDelta, ToolCallDelta, Usage, resolve_model
+from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
+from ..messages import FilePart, SourceUrlPart, new_id
+from ..models import (
+    FileEvent,
+    FinishEvent,
+    ModelRequest,
+    ReasoningDelta,
+    ResponseMetadata,
+    SourceEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    resolve_model,
+)
+from .overflow import proactive_messages
 from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
@@ -81,7 +95,9 @@ def _step_messages(text: str, calls: list[Any], results: list[ToolResult]) -> li
         if c.error is not None:
             content = f"Error: {c.error}"
         else:
-            r = by_id[c.tool_call_id]
+            r = by_id.get(c.tool_call_id)
+            if r is None:  # a call the caller answers (a client tool): no result yet
+                continue
             content = (
                 f"Error: {r.error}"
                 if r.error is not None
@@ -99,6 +115,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         if signal.aborted:  # never start a model request for a turn already aborted (the caller reports it)
             return
         run.step_number = step_number
+        if run.context_overflow is not None and run.context_overflow.proactive is not None and run.steps:
+            await proactive_messages(run)
         step_cfg = (
             await agent.before_step(
                 StepContext(
@@ -137,6 +155,10 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         raw_calls: dict[int, list[Any]] = {}  # index -> [id, name, argument fragments]
         finish_reason = "stop"
         usage = Usage()
+        finish: FinishEvent | None = None
+        response = ResponseMetadata()
+        sources: list[SourceUrlPart] = []
+        files: list[FilePart] = []
         stream = client.stream(request).__aiter__()
         try:
             while True:
@@ -186,8 +208,19 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                             )
                         yield ToolInputDeltaChunk(tool_call_id=entry[0], input_text_delta=event.arguments)
                 elif isinstance(event, FinishEvent):
+                    finish = event
                     finish_reason = event.finish_reason or finish_reason
                     usage = event.usage or usage
+                elif isinstance(event, ResponseMetadata):
+                    response = event
+                elif isinstance(event, SourceEvent):
+                    sources.append(SourceUrlPart(source_id=event.source_id, url=event.url, title=event.title))
+                    if on_chunk is not None:
+                        await on_chunk(_part(run, step_number, "source", output=sources[-1]))
+                    yield SourceUrlChunk(source_id=event.source_id, url=event.url, title=event.title)
+                elif isinstance(event, FileEvent):
+                    files.append(FilePart(url=event.url, media_type=event.media_type))
+                    yield FileChunk(url=event.url, media_type=event.media_type)
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None:
@@ -234,6 +267,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         )
                     )
         text = "".join(texts)
+        added = _step_messages(text, calls, results)
+        cost = finish.cost_usd if finish is not None else None
         result = StepResult(
             step_number=step_number,
             text=text,
@@ -245,9 +280,21 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             finish_reason=finish_reason,
             usage=usage,
             model=model_id,
+            files=tuple(files),
+            sources=tuple(sources),
+            warnings=finish.warnings if finish is not None else (),
+            request=request,
+            response=StepResponse(
+                id=response.id, model=response.model, timestamp=response.timestamp, messages=tuple(added)
+            ),
+            provider_metadata=finish.provider_metadata if finish is not None else None,
+            cost_usd=cost,
         )
         run.steps.append(result)
         run.finish_reason = finish_reason
+        run.usage = run.usage + usage
+        if cost is not None:
+            run.cost_usd = (run.cost_usd or 0.0) + cost
         await agent.on_step_finish(result)
         yield FinishStepChunk()
         # A call the caller must answer (a client tool) ends the loop with that call waiting.
@@ -255,5 +302,5 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         if not calls or waiting or await _stop(run):
             break
         # Build on the turn's messages, not on ``messages``: a before_step override is for its own step only.
-        run.messages = [*run.messages, *_step_messages(text, calls, results)]
+        run.messages = [*run.messages, *added]
     yield FinishChunk(finish_reason=run.finish_reason)

@@ -62,8 +62,10 @@ class TurnQueue:
         """Raise NestedTurnError when called from inside a turn of ``owner``."""
         if _holds(owner):
             raise NestedTurnError(
-                f"Think turn admission ({trigger}) cannot be called from inside an active turn; "
-                "use submit_messages() or add_messages() instead",
+                f"{trigger}() cannot be called from inside an active turn of the same agent (a before_* hook, "
+                "on_chunk, on_step_finish or a tool): it would wait for the turn it runs in. Write messages "
+                "without a turn with add_messages(), or start the next turn from on_chat_response, which runs "
+                "after the turn lock is released",
                 stage="turn",
             )
 

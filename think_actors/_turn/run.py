@@ -6,15 +6,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hooks import StepResult, StopCondition
-from ..models import ModelClient
+from ..hooks import ContextOverflowConfig, StepResult, StopCondition
+from ..models import ModelClient, Usage
 from ..tools import Tool
 from .abort import AbortSignal
 
 
 @dataclass(slots=True)
 class TurnRun:
-    agent: Any
+    engine: Any
     request_id: str
     signal: AbortSignal
     model: str | ModelClient
@@ -37,6 +37,16 @@ class TurnRun:
     continuation: bool
     on_chunk: Callable[[Any], Awaitable[None]] | None
     tool_call_ids: set[str] = field(default_factory=set)  # every id in the transcript and this turn
+    context_overflow: ContextOverflowConfig | None = None
+    baseline: int = 0  # how many of ``messages`` are history (the rest are this turn's steps)
+    compactions: int = 0  # proactive compaction attempts in this turn
+    context_window: int | None = None  # the model's input limit once looked up (0: unknown)
     steps: list[StepResult] = field(default_factory=list)
     step_number: int = 0
     finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float | None = None
+
+    @property
+    def agent(self) -> Any:
+        return self.engine.agent

@@ -19,6 +19,7 @@ from ..chunks import (
 )
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
 from ..tools import Tool, ToolContext, ToolInputError, _jsonable
+from .engine import Engine
 
 if TYPE_CHECKING:
     from .run import TurnRun
@@ -115,7 +116,19 @@ def _as_input(validated: Any) -> Any:
 
 
 async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
-    """Run one call through before_tool_call / the tool / after_tool_call; never raises (but on cancel)."""
+    """Run one call through before_tool_call / the tool / after_tool_call; never raises (but on cancel).
+
+    While it runs, ``agent.emit`` from its hooks and its function goes to ``emit`` too, so everything of this
+    call (forwarded child chunks, its output, what after_tool_call emits) reaches the stream in order.
+    """
+    token = Engine.enter_tool_sink(run.engine, emit)
+    try:
+        return await _execute_call(run, call, emit)
+    finally:
+        Engine.leave_tool_sink(token)
+
+
+async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
     assert call.tool is not None
     agent = run.agent
     tool = call.tool
@@ -146,7 +159,7 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
                 messages=run.messages,
                 emit=emit,
             )
-            result = agent._start_tool(tool, value, context)
+            result = run.engine.start_tool(tool, value, context)
             if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
                 async for item in result:
                     output = _jsonable(item)  # as Tool.resolve does for a scalar tool's result

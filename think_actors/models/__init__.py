@@ -3,26 +3,54 @@
 Events are small slotted dataclasses of plain data (they pickle cheaply, so a model-client actor can send
 them in batches). A client raises a ``ModelError`` subclass for provider failures, before or during the stream.
 Only ``models/litellm.py`` imports litellm.
+
+Besides ``stream``, a client may offer two optional capabilities, reached through the module-level ``model_info``
+and ``count_tokens`` (which answer None for a client without them):
+
+- ``async def model_info(self, model: str) -> ModelInfo | None``: the model's context window and prices.
+- ``async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None``: the prompt's size.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
+    "FileEvent",
     "FinishEvent",
     "ModelClient",
     "ModelEvent",
+    "ModelInfo",
     "ModelRequest",
     "ReasoningDelta",
+    "ResponseMetadata",
+    "SourceEvent",
     "TextDelta",
     "ToolCallDelta",
     "Usage",
+    "count_tokens",
+    "model_info",
     "resolve_model",
     "set_model_resolver",
 ]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseMetadata:
+    """What the provider said about its response, yielded once per stream before that chunk's other events.
+
+    ``id`` is the provider's response id, ``model`` the model that answered as reported, ``timestamp`` the
+    response's creation time in unix seconds.
+    """
+
+    id: str | None = None
+    model: str | None = None
+    timestamp: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +77,23 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceEvent:
+    """A source the model cited (a web search result, a URL citation); a stream names each URL at most once."""
+
+    source_id: str
+    url: str
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileEvent:
+    """A file the model generated (e.g. an image), as a URL: usually a ``data:`` URL holding the bytes."""
+
+    url: str
+    media_type: str
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -71,13 +116,31 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class FinishEvent:
-    """The end of the model's answer: ``finish_reason`` as the provider said it (``stop``, ``tool_calls``, ...)."""
+    """The end of the model's answer: ``finish_reason`` as the provider said it (``stop``, ``tool_calls``, ...).
+
+    ``warnings`` are what the client reported as dropped or unsupported, ``provider_metadata`` provider-specific
+    fields of the response as plain JSON data, and ``cost_usd`` the request's price from the client's price table
+    (None when the model is not priced or the usage is unknown).
+    """
 
     finish_reason: str | None = None
     usage: Usage | None = None
+    warnings: tuple[str, ...] = ()
+    provider_metadata: dict[str, Any] | None = None
+    cost_usd: float | None = None
 
 
-ModelEvent = TextDelta | ReasoningDelta | ToolCallDelta | FinishEvent
+ModelEvent = ResponseMetadata | TextDelta | ReasoningDelta | ToolCallDelta | SourceEvent | FileEvent | FinishEvent
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """What a client knows about a model: its token limits and prices (None where unknown)."""
+
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    input_cost_per_token: float | None = None
+    output_cost_per_token: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,6 +169,32 @@ class ModelClient(Protocol):
     """Streams one model request. Raise ``ModelError`` subclasses for provider failures."""
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]: ...
+
+
+async def model_info(client: ModelClient, model: str) -> ModelInfo | None:
+    """``client.model_info(model)``; None when the client has no such method or it fails (logged at debug)."""
+    method = getattr(client, "model_info", None)
+    if method is None:
+        return None
+    try:
+        info = await method(model)
+    except Exception:
+        _log.debug("model_info(%r) failed on %r", model, client, exc_info=True)
+        return None
+    return info if isinstance(info, ModelInfo) else None
+
+
+async def count_tokens(client: ModelClient, model: str, messages: list[dict[str, Any]]) -> int | None:
+    """``client.count_tokens(model, messages)``; None when the client has no such method or it fails."""
+    method = getattr(client, "count_tokens", None)
+    if method is None:
+        return None
+    try:
+        count = await method(model, messages)
+    except Exception:
+        _log.debug("count_tokens(%r) failed on %r", model, client, exc_info=True)
+        return None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def _default_resolver(model_id: str) -> ModelClient:

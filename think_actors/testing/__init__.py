@@ -4,15 +4,30 @@
 HTTP server on 127.0.0.1 for driving the litellm client end to end.
 """
 
-from .scripted import ScriptedModel, Step, delay, error, reasoning, step, text, tool_call
+from .scripted import (
+    ScriptedModel,
+    Step,
+    StepLike,
+    delay,
+    error,
+    file,
+    reasoning,
+    source,
+    step,
+    text,
+    tool_call,
+)
 
 __all__ = [
     "ScriptedModel",
     "ScriptedOpenAIServer",
     "Step",
+    "StepLike",
     "delay",
     "error",
+    "file",
     "reasoning",
+    "source",
     "step",
     "text",
     "tool_call",

@@ -1,0 +1,33 @@
+"""What a turn sends: the repaired transcript as model messages (compaction overlay applied) and the system prompt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..messages import UIMessage
+from .convert import repair_transcript, to_model_messages, truncate_older
+from .engine import Engine
+
+
+async def assemble_history(engine: Engine, request_id: str | None) -> tuple[list[UIMessage], list[dict[str, Any]]]:
+    """The repaired transcript and the model messages made of it (compaction overlay applied, older truncated)."""
+    repaired, changed, repaired_ids = repair_transcript(engine.messages, engine.agent.repair_interrupted_tool_part)
+    for message in changed:
+        await engine.replace(message)
+    if repaired_ids:
+        engine.publish(
+            "chat:transcript:repaired",
+            {"requestId": request_id, "removedToolCalls": len(repaired_ids), "toolCallIds": repaired_ids},
+        )
+    model_view = getattr(engine.session, "model_view", None)  # TODO-HELPER: plain call
+    view = model_view(repaired) if model_view is not None else repaired
+    return repaired, to_model_messages(truncate_older(view))
+
+
+async def system_prompt(engine: Engine, base: str) -> str:
+    """The turn's system prompt: ``base`` with the session's context blocks (frozen) when it has any."""
+    session = engine.session
+    if session is None or not getattr(session, "has_context_blocks", False):
+        return base
+    frozen: str = await session.system_prompt(base)
+    return frozen

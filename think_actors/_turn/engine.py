@@ -1,0 +1,262 @@
+"""Engine: one agent's runtime state (store, transcript, queue, aborts, emitted chunks, runs) and its operations.
+
+``Think`` is the user's face: configuration, hooks, entry points. Everything an agent holds while it runs lives
+here, in one object the engine modules work on; they reach the agent only through its public hooks and
+configuration attributes, never through ``Think``'s private names.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..chunks import ToolUpdate, parse_chunk
+from ..errors import ConfigurationError, ThinkError, TurnError
+from ..hooks import ChatErrorContext, ChatResponseResult
+from ..messages import UIMessage, WireModel
+from ..models import resolve_model
+from ..observability import Observers
+from ..session import Session
+from ..store import SQLiteStore, Store
+from ..tools import Tool, ToolContext, class_tools
+from .abort import AbortRegistry
+from .queue import TurnQueue
+
+__all__ = ["DATA_DIR_ENV", "Engine"]
+
+log = logging.getLogger("think_actors")
+
+DATA_DIR_ENV = "THINK_ACTORS_DATA_DIR"
+
+# Where a chunk emitted now belongs: the ordered sink of the tool call whose hooks or function are running in this
+# context, so its chunks, its forwarded child chunks and its output keep the order they happened in.
+_tool_sink: contextvars.ContextVar[tuple[Engine, Callable[[Any], None]] | None] = contextvars.ContextVar(
+    "think_actors_tool_sink", default=None
+)
+# Engines whose on_chat_response runs in this context: a turn started from the hook fires no hook of its own.
+_in_response_hook: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "think_actors_in_response_hook", default=frozenset()
+)
+
+
+class Engine:
+    """The runtime state of one agent and the operations every turn shares."""
+
+    def __init__(self, agent: Any, *, store: Store | None, hook_defaults: type) -> None:
+        self.agent = agent
+        self.path: str = agent.path
+        self._store = store
+        self._hook_defaults = hook_defaults
+        self._overridden: dict[str, bool] = {}
+        self.session: Session | None = None
+        self.messages: list[UIMessage] = []
+        self.started = False
+        self.queue = TurnQueue()
+        self.aborts = AbortRegistry()
+        self.emitted: list[Any] = []
+        self.children: dict[str, Any] = {}
+        self.agent_runs: dict[str, Any] = {}
+        self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor
+        self.observers = Observers(type(agent).__name__, agent.name, agent.path)
+        self.warned_classifier = False
+
+    # ------------------------------------------------------------------ store and transcript
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            data_dir = self.agent.data_dir or os.environ.get(DATA_DIR_ENV) or os.path.join(os.getcwd(), ".think_actors")
+            self._store = SQLiteStore.for_agent(data_dir, self.path)
+        return self._store
+
+    async def ensure_started(self) -> None:
+        if self.started:
+            return
+        session = Session(self.path, self.store)
+        configured = await self.agent.configure_session(session)
+        self.session = configured if isinstance(configured, Session) else session
+        self._store = self.session.store
+        await _maybe(self.session, "load")  # TODO-HELPER: plain call once Session.load exists
+        self.messages = await self.store.load_messages()
+        self.started = True
+
+    async def append(self, message: UIMessage) -> None:
+        if await self.store.append_message(message):
+            self.messages.append(message)
+
+    async def upsert(self, message: UIMessage) -> None:
+        await self.store.upsert_message(message)
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].id == message.id:
+                self.messages[i] = message
+                return
+        self.messages.append(message)
+
+    async def replace(self, message: UIMessage) -> None:
+        await self.store.update_message(message)
+        for i, existing in enumerate(self.messages):
+            if existing.id == message.id:
+                self.messages[i] = message
+
+    async def apply_tool_update(self, update: ToolUpdate) -> None:
+        """Apply a tool result to the earlier message holding its call (first write wins)."""
+        for message in reversed(self.messages):
+            updated = update.apply(message)
+            if updated is not None:
+                await self.replace(updated)
+                return
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+    async def reload(self) -> None:
+        self.messages = await self.store.load_messages()
+
+    # ------------------------------------------------------------------ hooks
+
+    def overrides(self, hook: str) -> bool:
+        """Whether the agent's class replaces the default of ``hook`` (cached: checked per turn)."""
+        known = self._overridden.get(hook)
+        if known is None:
+            known = self._overridden[hook] = getattr(type(self.agent), hook) is not getattr(self._hook_defaults, hook)
+        return known
+
+    async def report_error(self, error: BaseException, ctx: ChatErrorContext) -> tuple[str, BaseException]:
+        """Ask ``on_chat_error`` what to report for a failed turn; publish ``chat:request:failed``.
+
+        Returns the text every caller sees and the error to raise where a caller gets an exception.
+        """
+        try:
+            reported: Any = await self.agent.on_chat_error(error, ctx)
+        except Exception:
+            log.exception("on_chat_error raised; reporting the original error")
+            reported = error
+        if reported is None:
+            reported = error
+        text = _error_text(reported)
+        if reported is error:
+            raised: BaseException = error
+        elif isinstance(reported, BaseException):
+            raised = reported
+        else:
+            raised = TurnError(
+                text, request_id=ctx.request_id, stage=ctx.stage, messages_persisted=ctx.messages_persisted
+            )
+        self.publish(
+            "chat:request:failed",
+            {
+                "requestId": ctx.request_id,
+                "stage": ctx.stage,
+                "messagesPersisted": ctx.messages_persisted,
+                "error": text,
+                **({"classification": ctx.classification} if ctx.classification else {}),
+            },
+        )
+        return text, raised
+
+    async def classify(self, error: Any, request_id: str) -> str | None:
+        """``classify_chat_error`` for a provider error; a raising classifier means no opinion."""
+        classifier = self.agent.classify_chat_error
+        if not self.overrides("classify_chat_error"):
+            if not self.warned_classifier:
+                self.warned_classifier = True
+                log.warning(
+                    "%s: context_overflow.reactive is on but classify_chat_error is not set, so no error is treated "
+                    "as a context overflow; set classify_chat_error = ta.default_context_overflow_classifier",
+                    type(self.agent).__name__,
+                )
+            return None
+        try:
+            verdict = classifier(error, ChatErrorContext(request_id=request_id, stage="stream"))
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        except Exception:
+            log.exception("classify_chat_error raised; treating the error as unclassified")
+            return None
+        return verdict if isinstance(verdict, str) else None
+
+    async def fire_response(self, result: ChatResponseResult) -> None:
+        """Run ``on_chat_response`` unless this context is already inside this agent's response hook."""
+        inside = _in_response_hook.get()
+        if id(self) in inside:  # a turn started from the hook does not fire the hook again
+            return
+        token = _in_response_hook.set(inside | {id(self)})
+        try:
+            await self.agent.on_chat_response(result)
+        except Exception:
+            log.exception("on_chat_response raised (ignored)")
+        finally:
+            _in_response_hook.reset(token)
+
+    # ------------------------------------------------------------------ the ordered stream
+
+    def emit(self, chunk: Any) -> None:
+        """Put a chunk into the running turn's stream, in order; dropped when no turn runs."""
+        if isinstance(chunk, dict):
+            chunk = parse_chunk(chunk)
+        elif not isinstance(chunk, WireModel) or not isinstance(getattr(chunk, "type", None), str):
+            raise ConfigurationError(
+                f"emit needs a UI chunk (e.g. ta.DataChunk(type='data-progress', data=...)) or its dict form, "
+                f"got {type(chunk).__name__}"
+            )
+        sink = _tool_sink.get()
+        if sink is not None and sink[0] is self:
+            sink[1](chunk)
+        elif self.queue.active_request_id is not None:
+            self.emitted.append(chunk)
+
+    def take_emitted(self) -> list[Any]:
+        emitted, self.emitted = self.emitted, []
+        return emitted
+
+    @staticmethod
+    def enter_tool_sink(engine: Engine, sink: Callable[[Any], None]) -> contextvars.Token[Any]:
+        return _tool_sink.set((engine, sink))
+
+    @staticmethod
+    def leave_tool_sink(token: contextvars.Token[Any]) -> None:
+        _tool_sink.reset(token)
+
+    def publish(self, event_type: str, payload: dict[str, Any]) -> None:
+        self.observers.publish(event_type, payload)
+
+    # ------------------------------------------------------------------ tools
+
+    def collect_tools(self) -> dict[str, Tool]:
+        """The turn's tools by name: the class's ``@tool`` methods, ``tools``, ``get_tools()``, session tools."""
+        agent = self.agent
+        tools = {name: t.bind(agent) for name, t in class_tools(type(agent)).items()}
+        extra = [*agent.tools, *agent.get_tools(), *(getattr(self.session, 'tools', list)() if self.session is not None else ())]
+        for t in extra:
+            tools[t.name] = t.bind(agent)
+        return tools
+
+    def start_tool(self, tool: Tool, value: Any, context: ToolContext) -> Any:
+        """Start one tool execution: its own executor, a Ray task when it asks for resources, else in-process."""
+        if tool.executor is not None:
+            return tool.executor(value, context)
+        if tool.remote is not None and self.runtime is not None:
+            return self.runtime.run_task_tool(tool, value, context)
+        return tool.call(value, context)
+
+    def model_client(self, model: Any = None) -> tuple[Any, str]:
+        return resolve_model(model if model is not None else self.agent.model)
+
+
+def _error_text(reported: Any) -> str:
+    if isinstance(reported, ThinkError):
+        return reported.message or type(reported).__name__
+    if isinstance(reported, BaseException):
+        return str(reported) or type(reported).__name__
+    return str(reported)
+
+
+async def _maybe(obj: Any, name: str) -> None:
+    fn = getattr(obj, name, None)
+    if fn is not None:
+        await fn()

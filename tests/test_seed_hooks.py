@@ -63,7 +63,7 @@ ALL_HOOKS = ["before_turn", "before_step", "on_step_finish", "on_chat_response"]
 
 
 async def test_hooks_fire_on_every_entry_point() -> None:
-    """"Hooks fire on every turn regardless of the entry point: ... child agent chat(), saveMessages(),
+    """ "Hooks fire on every turn regardless of the entry point: ... child agent chat(), saveMessages(),
     continueLastTurn() ..." (WebSocket and submissions arrive with later entry points)."""
 
     class Child(RecordingAgent):
@@ -127,7 +127,7 @@ async def test_a_two_tool_turn_runs_the_flowchart_in_order() -> None:
 
 
 async def test_before_turn_receives_the_assembled_context() -> None:
-    """"Receives the fully assembled context: the system prompt, the converted messages, the merged tools and
+    """ "Receives the fully assembled context: the system prompt, the converted messages, the merged tools and
     the model. Return a TurnConfig to override any part, or nothing to accept the defaults.\""""
     model = ScriptedModel([text("hello")])
     agent = RecordingAgent(model=model, instructions="Be brief.", tools=[read], store=ta.MemoryStore())
@@ -236,7 +236,7 @@ async def test_example_structured_output_for_one_turn() -> None:
 
 
 def test_output_is_a_turn_level_setting_only() -> None:
-    """"output is a turn-level setting only ... beforeStep cannot switch structured output within a step.\""""
+    """ "output is a turn-level setting only ... beforeStep cannot switch structured output within a step.\""""
     with pytest.raises(TypeError):
         ta.StepConfig(output=Result)  # type: ignore[call-arg]
 
@@ -254,7 +254,7 @@ class ToolsOnlyFirst(ta.Think):
 
 
 async def test_example_before_step_by_step_number() -> None:
-    """"Called before each step ... use beforeStep when the decision depends on the step number or the results
+    """ "Called before each step ... use beforeStep when the decision depends on the step number or the results
     of previous steps.\""""
     model = ScriptedModel([tool_call("read", {"path": "x"}), text("done")])
     await ToolsOnlyFirst(model=model, store=ta.MemoryStore()).save_messages("go")
@@ -287,7 +287,10 @@ async def test_example_block_and_substitute_and_their_success_flags() -> None:
     """Block / substitute; "for blocked and substituted calls success is true, because the model gets a valid
     tool result. Only exceptions thrown by the original execution show up as success: false.\""""
     model = ScriptedModel(
-        [step(tool_call("delete", {"path": "/etc"}, id="d"), tool_call("weather", {"city": "Oslo"}, id="w")), text("ok")]
+        [
+            step(tool_call("delete", {"path": "/etc"}, id="d"), tool_call("weather", {"city": "Oslo"}, id="w")),
+            text("ok"),
+        ]
     )
     agent = Guarded(model=model, store=ta.MemoryStore())
     await agent.save_messages("clean up and check the weather")
@@ -324,7 +327,7 @@ async def test_example_after_tool_call_analytics_and_thrown_errors() -> None:
 
 
 async def test_a_tool_returning_an_async_iterable_is_collapsed_to_its_final_value() -> None:
-    """"If a wrapped tool returns an AsyncIterable for preliminary results, Think collapses it to its final
+    """ "If a wrapped tool returns an AsyncIterable for preliminary results, Think collapses it to its final
     value" — a tool that returns an iterable (not an async-generator tool, which streams preliminary results)."""
 
     async def numbers() -> Any:
@@ -373,7 +376,7 @@ async def test_example_on_step_finish_usage_line() -> None:
 
 
 async def test_on_step_finish_gets_the_full_step_record() -> None:
-    """"StepContext is the AI SDK's step-finish event: generated text, reasoning, files, sources, typed tool
+    """ "StepContext is the AI SDK's step-finish event: generated text, reasoning, files, sources, typed tool
     calls and their results, usage, warnings, request and response metadata, and provider metadata.\""""
     from think_actors.testing import file, source
 
@@ -592,7 +595,7 @@ async def test_on_chat_error_replaces_the_message_at_every_stage(
 
 
 async def test_chat_request_failed_is_published_with_the_same_stage_and_persistence() -> None:
-    """"Think also emits chat:request:failed on the agents:chat observability channel with the same info.\""""
+    """ "Think also emits chat:request:failed on the agents:chat observability channel with the same info.\""""
     model = ScriptedModel([error(ta.ProviderError("boom"))])
     agent = Friendly(model=model, store=ta.MemoryStore())
     events: list[ta.Event] = []

@@ -7,7 +7,6 @@ the same class inside an actor. Every hook is an async method with a no-op defau
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any

@@ -118,6 +118,10 @@ class ModelError(ThinkError):
     """
 
     _fields = (*ThinkError._fields, "provider", "status_code", "response_body", "in_stream")
+    provider: str | None
+    status_code: int | None
+    response_body: Any
+    in_stream: bool | None
 
 
 class ContextOverflowError(ModelError):

@@ -285,3 +285,28 @@ class ServerBacked(Recorder):
     async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
         await super().before_turn(ctx)
         return ta.TurnConfig(provider_options={"api_base": self.api_base, "api_key": "x"}, max_retries=0)
+
+
+# ------------------------------------------------------------------ one ordered stream
+
+
+class QuickChild(ta.Think):
+    """Answers at once, so its chunks are all buffered before the parent's hooks run."""
+
+    model = ScriptedModel([text("child says hi")])
+
+
+class OrderedLead(ta.Think):
+    """Emits from after_tool_call and on_step_finish; the stream must keep the order they happened in."""
+
+    tools = (ta.agent_tool(QuickChild, description="Ask the quick child"),)
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        self.emit(DataChunk(type="data-after", data={"call": ctx.tool_call_id}, transient=True))
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        self.emit(DataChunk(type="data-step", data={"step": ctx.step_number}, transient=True))
+
+
+class ObservedAgent(ta.Think):
+    pass

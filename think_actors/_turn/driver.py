@@ -184,7 +184,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         engine=engine,
         request_id=spec.request_id,
         signal=spec.signal,
-        model=cfg.model or model,  # type: ignore[arg-type]
+        model=cfg.model or model,
         system=system,
         messages=messages,
         tools=tools,

@@ -231,7 +231,11 @@ class Engine:
         """The turn's tools by name: the class's ``@tool`` methods, ``tools``, ``get_tools()``, session tools."""
         agent = self.agent
         tools = {name: t.bind(agent) for name, t in class_tools(type(agent)).items()}
-        extra = [*agent.tools, *agent.get_tools(), *(getattr(self.session, 'tools', list)() if self.session is not None else ())]
+        extra = [
+            *agent.tools,
+            *agent.get_tools(),
+            *(getattr(self.session, "tools", list)() if self.session is not None else ()),
+        ]
         for t in extra:
             tools[t.name] = t.bind(agent)
         return tools

@@ -7,7 +7,7 @@ which owns the attempts; both sides compact through ``compact`` here (reference 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 from ..models import model_info
 from .assembly import assemble_history
@@ -18,7 +18,9 @@ from .run import TurnRun
 log = logging.getLogger("think_actors")
 
 
-async def compact(engine: Engine, reason: str, request_id: str | None) -> Any:
+async def compact(
+    engine: Engine, reason: Literal["reactive", "proactive"], request_id: str | None
+) -> Any:
     """Compact the agent's history once; None when it could not be shortened (a failing compaction counts)."""
     session = engine.session
     if session is None:

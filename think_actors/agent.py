@@ -369,7 +369,7 @@ class Think:
         engine.aborts.cancel_all("cleared")
         await engine.ensure_started()
         await engine.store.clear_messages()
-        if engine.session is not None and hasattr(engine.session, "clear"):  # TODO-HELPER: plain call
+        if engine.session is not None:
             await engine.session.clear()
         engine.messages = []
 

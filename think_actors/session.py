@@ -1,34 +1,184 @@
-"""Session: what ``configure_session`` configures before the agent loads its history."""
+"""Session: what ``configure_session`` configures before the agent loads its history.
+
+Three features, all persisted through the agent's store (``get_kv`` / ``set_kv``):
+
+- context blocks rendered under the system prompt, which is frozen once rendered (prefix-cache friendly) and
+  re-rendered only by ``refresh_system_prompt``, a compaction, or a change of the base prompt or block layout;
+- compaction overlays: a summary that replaces a range of history in what the model sees (never in the store);
+- ``compact_after``: compaction between turns once the model view passes a token threshold.
+
+Store keys: ``session:context:<label>`` (a store-backed block's text), ``session:system-prompt`` (the frozen
+prompt and the hashes it was rendered for), ``session:compactions`` (the overlays, a list of plain dicts).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+import hashlib
+import inspect
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from .messages import UIMessage
+from pydantic import BaseModel, ConfigDict
+
+from .compaction import (
+    COMPACTION_PREFIX,
+    SUMMARY_HEADER,
+    CompactionContext,
+    CompactionReason,
+    CompactionResult,
+    TokenCounter,
+    count_with,
+    estimate_tokens,
+)
+from .errors import ConfigurationError
+from .messages import TextPart, UIMessage, new_id
 from .store import Store
+from .tools import Tool, ToolContext
 
-__all__ = ["CompactionResult", "Session"]
+__all__ = ["CompactionContext", "CompactionResult", "Session"]
 
-CompactionResult = dict[str, Any]
-"""``{"summary": str, "from_message_id": str, "to_message_id": str}`` as returned by a compaction function."""
+log = logging.getLogger(__name__)
+
+CONTEXT_KEY_PREFIX = "session:context:"
+SYSTEM_PROMPT_KEY = "session:system-prompt"
+COMPACTIONS_KEY = "session:compactions"
+BANNER = "═" * 46
+
+ContextProvider = Callable[[], str | Awaitable[str]] | Any
+"""A callable returning the block's text, or an object with ``get()`` (and ``set(content)`` to be writable)."""
+
+
+async def _resolve(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+def _hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class _Block:
+    label: str
+    description: str | None
+    max_tokens: int | None
+    writable: bool
+    content: str | None  # the static text, or a store-backed block's text until its first write
+    provider: Any  # None, a callable, or an object with get() / set()
+
+    def layout(self) -> list[Any]:
+        return [self.label, self.description, self.max_tokens, self.writable]
+
+
+@dataclass(frozen=True, slots=True)
+class _Overlay:
+    id: str
+    from_message_id: str
+    to_message_id: str
+    summary: str
+    created_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "from_message_id": self.from_message_id,
+            "to_message_id": self.to_message_id,
+            "summary": self.summary,
+            "created_at": self.created_at,
+        }
+
+    @classmethod
+    def from_dict(cls, value: Any) -> _Overlay | None:
+        try:
+            return cls(
+                str(value["id"]),
+                str(value["from_message_id"]),
+                str(value["to_message_id"]),
+                str(value["summary"]),
+                float(value["created_at"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+_Span = tuple[int, int, _Overlay]  # first and last index of an applied overlay's range on the path
+
+
+class _SetContextInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    content: str
+    action: Literal["replace", "append"] = "replace"
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether a compaction function takes ``(history, ctx)`` rather than the old ``(history)``."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    positional = 0
+    for p in parameters:
+        if p.kind is p.VAR_POSITIONAL:
+            return True
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional >= 2
+
+
+def _as_result(raw: Any) -> CompactionResult | None:
+    if raw is None or isinstance(raw, CompactionResult):
+        return raw
+    if isinstance(raw, Mapping):
+        try:
+            values = [raw["summary"], raw["from_message_id"], raw["to_message_id"]]
+        except KeyError as err:
+            raise ConfigurationError(f"a compaction function's dict result lacks {err.args[0]!r}") from None
+        if all(isinstance(v, str) for v in values):
+            return CompactionResult(*values)
+    raise ConfigurationError(
+        f"a compaction function must return a CompactionResult, a dict of str summary/from_message_id/"
+        f"to_message_id, or None; got {raw!r}"
+    )
 
 
 class Session:
-    """An agent's message store and its compaction function.
+    """An agent's store, context blocks, frozen system prompt and compaction.
 
-    ``configure_session`` receives one per agent start and returns it (or a replacement), e.g.
-    ``return session.on_compaction(my_summarizer)``. The compaction function is what context-overflow
-    recovery calls to shorten the history.
+    ``configure_session`` receives one per agent start and returns it configured, e.g.
+    ``return session.with_context("notes", max_tokens=500).on_compaction(create_compact_function(summarize))``.
+    The engine then calls ``load()`` once, ``system_prompt(base)`` and ``tools()`` per turn, ``model_view()`` for
+    what the model sees, ``maybe_compact()`` after a message is appended between turns, and ``compact()`` for
+    context-overflow recovery.
     """
 
     def __init__(self, agent_path: str, store: Store):
         self.agent_path = agent_path
         self.store = store
-        self.compaction: Callable[[list[UIMessage]], Awaitable[CompactionResult | None]] | None = None
+        self.compaction: Callable[..., Any] | None = None
+        self._blocks: dict[str, _Block] = {}
+        self._frozen: tuple[str, str] | None = None  # (hash of the base it was rendered on, prompt)
+        self._overlays: list[_Overlay] = []
+        self._loaded = False
+        self._lock = asyncio.Lock()
+        self._synthetic: dict[tuple[str, str], UIMessage] = {}
+        self._threshold: int | None = None
+        self._threshold_counter: TokenCounter | None = None
+        self._default_counter: TokenCounter | None = None
+        self._compaction_error: Callable[[BaseException], Any] | None = None
 
-    def on_compaction(self, fn: Callable[[list[UIMessage]], Awaitable[CompactionResult | None]]) -> Session:
-        """Register the function that summarises a range of history (None when it cannot shorten it)."""
+    # ------------------------------------------------------------------ builder
+
+    def on_compaction(self, fn: Callable[..., Awaitable[CompactionResult | dict[str, Any] | None]]) -> Session:
+        """Register the function that summarises a range of history: ``fn(history, ctx)`` (or the old ``fn(history)``).
+
+        It gets the model view (earlier summaries in place) and a ``CompactionContext``; it returns a
+        ``CompactionResult`` (or a dict with the same keys), or None when it cannot shorten the history.
+        """
         self.compaction = fn
         return self
 
@@ -36,3 +186,464 @@ class Session:
         """Use another store for this agent (e.g. a PostgreSQL store on a cluster)."""
         self.store = store
         return self
+
+    def with_context(
+        self,
+        label: str,
+        *,
+        content: str | None = None,
+        provider: ContextProvider | None = None,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        writable: bool | None = None,
+    ) -> Session:
+        """Add a context block rendered under the system prompt; raises ``ConfigurationError`` on a bad option.
+
+        A block is static ``content``, a ``provider`` (a callable returning the text, sync or async, or an object
+        with ``get()`` and, to be writable, ``set(content)``), or, with neither, a writable block stored in the
+        agent's store (``content`` then seeds a writable block when ``writable=True``). Writable blocks get the
+        ``set_context`` tool; ``max_tokens`` caps what a write may hold and what the prompt shows of the block.
+        """
+        block = self._make_block(label, content, provider, description, max_tokens, writable)
+        self._blocks[block.label] = block
+        return self
+
+    def compact_after(self, tokens: int, *, token_counter: TokenCounter | None = None) -> Session:
+        """Compact between turns once the model view and system prompt pass ``tokens`` (needs ``on_compaction``).
+
+        ``token_counter`` counts for this check, for the block budgets and for the compaction function, ahead of
+        the engine's default counter.
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens <= 0:
+            raise ConfigurationError(f"compact_after: tokens must be a positive int, got {tokens!r}")
+        self._threshold = tokens
+        self._threshold_counter = token_counter
+        return self
+
+    def on_compaction_error(self, fn: Callable[[BaseException], Any]) -> Session:
+        """Register ``fn(error)`` (sync or async), told when an automatic (``compact_after``) compaction fails."""
+        self._compaction_error = fn
+        return self
+
+    def set_default_token_counter(self, fn: TokenCounter | None) -> Session:
+        """The counter to use when ``compact_after`` was given none (the engine plugs in the model's counter)."""
+        self._default_counter = fn
+        return self
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def load(self) -> None:
+        """Read the compaction overlays from the store (once, at agent start; ``model_view`` needs them)."""
+        stored = await self.store.get_kv(COMPACTIONS_KEY)
+        overlays = [_Overlay.from_dict(v) for v in stored] if isinstance(stored, list) else []
+        self._overlays = [o for o in overlays if o is not None]
+        self._synthetic.clear()
+        self._loaded = True
+
+    async def clear(self) -> None:
+        """Drop the overlays and the frozen system prompt (the history is being cleared). Block contents stay."""
+        self._overlays = []
+        self._synthetic.clear()
+        self._frozen = None
+        self._loaded = True
+        await self.store.set_kv(COMPACTIONS_KEY, None)
+        await self.store.set_kv(SYSTEM_PROMPT_KEY, None)
+
+    # ------------------------------------------------------------------ tokens
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The counter in effect: ``compact_after``'s, else the default the engine set, else ``estimate_tokens``."""
+        return self._threshold_counter or self._default_counter or estimate_tokens
+
+    async def count_tokens(self, messages: list[UIMessage], system_prompt: str = "") -> int:
+        """Tokens of ``messages`` (as given) and ``system_prompt`` by the counter in effect."""
+        return await count_with(self.token_counter, messages, system_prompt)
+
+    # ------------------------------------------------------------------ context blocks
+
+    @property
+    def has_context_blocks(self) -> bool:
+        return bool(self._blocks)
+
+    async def add_context(
+        self,
+        label: str,
+        *,
+        content: str | None = None,
+        provider: ContextProvider | None = None,
+        description: str | None = None,
+        max_tokens: int | None = None,
+        writable: bool | None = None,
+    ) -> None:
+        """Add a block at runtime (options as ``with_context``); the frozen prompt shows it after a refresh."""
+        self.with_context(
+            label, content=content, provider=provider, description=description, max_tokens=max_tokens, writable=writable
+        )
+
+    async def remove_context(self, label: str) -> bool:
+        """Remove a block (False when there is none); its stored text stays, the frozen prompt until a refresh."""
+        return self._blocks.pop(label, None) is not None
+
+    async def get_context(self, label: str) -> str | None:
+        """A block's current text (not truncated), or None when there is no such block."""
+        block = self._blocks.get(label)
+        return None if block is None else await self._read(block)
+
+    async def set_context(self, label: str, content: str, *, action: Literal["replace", "append"] = "replace") -> str:
+        """Write a writable block and return its usage (``Wrote 12 tokens to notes (12/500 tokens)``).
+
+        ``append`` adds ``content`` on a new line. Raises ``ConfigurationError`` for an unknown or read-only block,
+        an unknown action, or a write past ``max_tokens`` (then nothing is written). The frozen system prompt keeps
+        the old text until it is refreshed.
+        """
+        block = self._blocks.get(label)
+        if block is None:
+            writable = ", ".join(b.label for b in self._blocks.values() if b.writable) or "none"
+            raise ConfigurationError(f"no context block {label!r} (writable blocks: {writable})")
+        if not block.writable:
+            raise ConfigurationError(f"context block {label!r} is read-only")
+        if action not in ("replace", "append"):
+            raise ConfigurationError(f"set_context: action must be 'replace' or 'append', got {action!r}")
+        new = content
+        if action == "append":
+            current = await self._read(block)
+            new = current + ("\n" if current and not content.startswith("\n") else "") + content
+        total = await self._text_tokens(new)
+        if block.max_tokens is not None and total > block.max_tokens:
+            raise ConfigurationError(
+                f"context block {label!r} holds at most {block.max_tokens} tokens; this write would make it {total}"
+            )
+        if block.provider is None:
+            await self.store.set_kv(CONTEXT_KEY_PREFIX + label, new)
+        else:
+            await _resolve(block.provider.set(new))
+        written = await self._text_tokens(content)
+        usage = f"{total}/{block.max_tokens} tokens" if block.max_tokens is not None else f"{total} tokens in total"
+        return f"Wrote {written} tokens to {label} ({usage})"
+
+    def tools(self) -> list[Tool]:
+        """``set_context`` when a block is writable, else nothing."""
+        writable = [b for b in self._blocks.values() if b.writable]
+        if not writable:
+            return []
+        lines = []
+        for b in writable:
+            limit = f" (at most {b.max_tokens} tokens)" if b.max_tokens is not None else ""
+            lines.append(f"- {b.label}: {b.description or 'no description'}{limit}")
+        description = (
+            "Write to a context block of your system prompt. Writes are durable; the system prompt shows them "
+            "from its next refresh. Blocks:\n" + "\n".join(lines)
+        )
+        schema = {
+            "type": "object",
+            "properties": {
+                "label": {"type": "string", "enum": [b.label for b in writable], "description": "The block to write"},
+                "content": {"type": "string", "description": "The text to write"},
+                "action": {
+                    "type": "string",
+                    "enum": ["replace", "append"],
+                    "default": "replace",
+                    "description": "replace the block's text (default) or append to it",
+                },
+            },
+            "required": ["label", "content"],
+            "additionalProperties": False,
+        }
+
+        async def execute(value: Any, context: ToolContext) -> str:
+            # before_tool_call's Allow(input=...) hands over a plain dict instead of the validated model.
+            args = value if isinstance(value, _SetContextInput) else _SetContextInput.model_validate(value)
+            return await self.set_context(args.label, args.content, action=args.action)
+
+        return [Tool("set_context", description, schema, validator=_SetContextInput, executor=execute)]
+
+    async def system_prompt(self, base: str) -> str:
+        """``base`` with the context blocks under it, frozen: later calls return the same text.
+
+        Rendered once and persisted; block writes do not change it until ``refresh_system_prompt``. A new Session
+        over the same store reuses the persisted text while ``base`` and the block layout (labels, descriptions,
+        budgets, writability) are unchanged. A different ``base`` re-renders. Without blocks: ``base`` unchanged.
+        """
+        if not self._blocks:
+            return base
+        base_hash = _hash(base)
+        if self._frozen is not None:
+            if self._frozen[0] == base_hash:
+                return self._frozen[1]
+        else:
+            stored = await self.store.get_kv(SYSTEM_PROMPT_KEY)
+            if (
+                isinstance(stored, dict)
+                and stored.get("base_hash") == base_hash
+                and stored.get("layout_hash") == self._layout_hash()
+                and isinstance(stored.get("prompt"), str)
+            ):
+                self._frozen = (base_hash, stored["prompt"])
+                return self._frozen[1]
+        return await self.refresh_system_prompt(base)
+
+    async def refresh_system_prompt(self, base: str) -> str:
+        """Render ``base`` and the blocks' current text, freeze and persist it, and return it."""
+        if not self._blocks:
+            self._frozen = None
+            await self.store.set_kv(SYSTEM_PROMPT_KEY, None)
+            return base
+        rendered = [await self._render_block(b) for b in self._blocks.values()]
+        prompt = "\n\n".join(part for part in (base, *rendered) if part)
+        base_hash = _hash(base)
+        await self.store.set_kv(
+            SYSTEM_PROMPT_KEY, {"prompt": prompt, "base_hash": base_hash, "layout_hash": self._layout_hash()}
+        )
+        self._frozen = (base_hash, prompt)
+        return prompt
+
+    # ------------------------------------------------------------------ compaction
+
+    def model_view(self, messages: list[UIMessage]) -> list[UIMessage]:
+        """What the model sees of the active path ``messages``: each applicable overlay's range as one summary.
+
+        An overlay applies when both its ends are on the path; where applicable overlays overlap, the one hiding
+        more wins (then the newer). Needs ``load()`` first; the result is a new list, ``messages`` is untouched.
+
+        The summary is a synthetic ``compaction_<overlay id>`` message whose role keeps the provider conversation
+        valid whatever surrounds it. ``user`` by default: valid first (some providers require it), last (the
+        model answers; a last ``assistant`` message would get the continue-checkpoint) and after tool results,
+        where a mid-history ``system`` message is rejected by strict chat templates and hoisted out of order by
+        Anthropic. ``assistant`` between two user messages, so the common case (a head ending on a user message,
+        a tail starting on one) keeps alternating instead of stacking three user turns. System messages around
+        it are ignored for this choice.
+        """
+        spans = self._spans(messages, self._overlays)
+        return self._view(messages, spans) if spans else list(messages)
+
+    async def compact(
+        self, messages: list[UIMessage], *, reason: CompactionReason = "manual", request_id: str | None = None
+    ) -> CompactionResult | None:
+        """Run the compaction function over the model view of ``messages`` and store its range as an overlay.
+
+        Iterative: a range that includes, overlaps or directly follows the summary already applied on this path
+        replaces it with one overlay from the earliest ``from`` to the latest ``to``; a range that starts or ends
+        on a summary message stands for that summary's whole range. Returns the stored range (real message ids),
+        or None, storing nothing, when there is no function, it returns None or a blank summary, or its range is
+        unknown, reversed or hides no message not already hidden. The function's exceptions propagate.
+        A stored overlay unfreezes the system prompt, so the next ``system_prompt()`` re-renders it.
+        """
+        async with self._lock:
+            if not self._loaded:
+                await self.load()
+            fn = self.compaction
+            if fn is None:
+                return None
+            spans = self._spans(messages, self._overlays)
+            view = self._view(messages, spans)
+            ctx = CompactionContext(token_counter=self.token_counter, reason=reason, request_id=request_id)
+            raw = await _resolve(fn(view, ctx) if _takes_context(fn) else fn(view))
+            result = _as_result(raw)
+            if result is None or not result.summary.strip():
+                return None
+            bounds = self._bounds(messages, spans)
+            first, last = bounds.get(result.from_message_id), bounds.get(result.to_message_id)
+            if first is None or last is None:
+                return None
+            lo, hi = first[0], last[1]
+            if lo > hi:
+                return None
+            for i, j, _ in sorted(spans, key=lambda s: s[0], reverse=True):
+                if i <= hi and j >= lo - 1:  # overlaps, or is the summary right before the new range
+                    lo, hi = min(lo, i), max(hi, j)
+            overlay = _Overlay(new_id(), messages[lo].id, messages[hi].id, result.summary, time.time())
+            overlays = [*self._overlays, overlay]
+            if _hidden(self._spans(messages, overlays)) <= _hidden(spans):
+                return None
+            await self.store.set_kv(COMPACTIONS_KEY, [o.to_dict() for o in overlays])
+            self._overlays = overlays
+            if self._blocks:
+                self._frozen = None
+                await self.store.set_kv(SYSTEM_PROMPT_KEY, None)
+            return CompactionResult(result.summary, overlay.from_message_id, overlay.to_message_id)
+
+    @property
+    def compact_threshold(self) -> int | None:
+        """The ``compact_after`` token threshold, or None when automatic compaction is off."""
+        return self._threshold
+
+    async def maybe_compact(self, messages: list[UIMessage], system_prompt: str = "") -> CompactionResult | None:
+        """Compact (reason ``threshold``) when the model view and ``system_prompt`` pass ``compact_after``'s tokens.
+
+        Call between turns, after a message is appended. Never raises: a failure is logged and given to the
+        ``on_compaction_error`` callback, and None is returned.
+        """
+        if self._threshold is None or self.compaction is None:
+            return None
+        try:
+            if not self._loaded:
+                await self.load()
+            tokens = await self.count_tokens(self.model_view(messages), system_prompt)
+            if tokens <= self._threshold:
+                return None
+            return await self.compact(messages, reason="threshold")
+        except Exception as err:
+            log.warning("automatic compaction of %s failed: %r", self.agent_path, err)
+            if self._compaction_error is not None:
+                try:
+                    await _resolve(self._compaction_error(err))
+                except Exception:
+                    log.exception("on_compaction_error callback of %s failed", self.agent_path)
+            return None
+
+    # ------------------------------------------------------------------ internals
+
+    def _make_block(
+        self,
+        label: str,
+        content: str | None,
+        provider: Any,
+        description: str | None,
+        max_tokens: int | None,
+        writable: bool | None,
+    ) -> _Block:
+        if not isinstance(label, str) or not label.strip():
+            raise ConfigurationError(f"a context block needs a non-empty label, got {label!r}")
+        if label in self._blocks:
+            raise ConfigurationError(f"context block {label!r} already exists: labels must be unique")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
+        ):
+            raise ConfigurationError(f"context block {label!r}: max_tokens must be a positive int, got {max_tokens!r}")
+        if content is not None and provider is not None:
+            raise ConfigurationError(f"context block {label!r}: give content= or provider=, not both")
+        if provider is not None:
+            if callable(getattr(provider, "get", None)):
+                settable = callable(getattr(provider, "set", None))
+                if writable and not settable:
+                    raise ConfigurationError(f"context block {label!r}: a writable provider needs set(content)")
+                writable = settable if writable is None else writable
+            elif callable(provider):
+                if writable:
+                    raise ConfigurationError(f"context block {label!r}: a callable provider is read-only")
+                writable = False
+            else:
+                raise ConfigurationError(f"context block {label!r}: a provider is a callable or has get()")
+            init = getattr(provider, "init", None)
+            if callable(init):
+                init(label)
+        elif content is None:
+            if writable is False:
+                raise ConfigurationError(f"context block {label!r} is read-only but has no content or provider")
+            writable = True
+        else:
+            writable = bool(writable)
+        return _Block(label, description, max_tokens, writable, content, provider)
+
+    async def _read(self, block: _Block) -> str:
+        if block.provider is None:
+            if block.writable:
+                stored = await self.store.get_kv(CONTEXT_KEY_PREFIX + block.label)
+                if isinstance(stored, str):
+                    return stored
+            return block.content or ""
+        getter = block.provider.get if callable(getattr(block.provider, "get", None)) else block.provider
+        text = await _resolve(getter())
+        if text is None:
+            return ""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"the provider of context block {block.label!r} returned {text!r}, not a str")
+        return text
+
+    async def _text_tokens(self, text: str) -> int:
+        return await self.count_tokens([], text)
+
+    async def _render_block(self, block: _Block) -> str:
+        text = await self._read(block)
+        if not text and not block.writable:
+            return ""  # an empty read-only block tells the model nothing; a writable one says it can be written
+        tokens = await self._text_tokens(text)
+        header = block.label.upper() + (f" ({block.description})" if block.description else "")
+        if not block.writable:
+            header += " [readonly]"
+        elif block.max_tokens is not None:
+            percent = (tokens * 100 + block.max_tokens // 2) // block.max_tokens  # rounded half up
+            header += f" [{percent}% — {tokens}/{block.max_tokens} tokens]"
+        else:
+            header += " [writable]"
+        if block.max_tokens is not None and tokens > block.max_tokens:
+            text = (
+                await self._truncate(text, block.max_tokens) + f"\n[truncated to {block.max_tokens} of {tokens} tokens]"
+            )
+        return f"{BANNER}\n{header}\n{BANNER}\n{text}"
+
+    async def _truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` within ``max_tokens`` (binary search: counters are monotone in length)."""
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if await self._text_tokens(text[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo].rstrip()
+
+    def _layout_hash(self) -> str:
+        return _hash([b.layout() for b in self._blocks.values()])
+
+    @staticmethod
+    def _spans(messages: list[UIMessage], overlays: list[_Overlay]) -> list[_Span]:
+        """The overlays that apply to the path ``messages``, as disjoint index ranges in path order.
+
+        Where applicable overlays overlap, the one hiding more wins, then the newer: an iterative compaction's
+        overlay contains the ones it extended, and a sibling branch's smaller overlay never shadows this branch's.
+        """
+        if not overlays:
+            return []
+        index = {m.id: i for i, m in enumerate(messages)}
+        candidates: list[tuple[int, int, int, _Overlay]] = []
+        for order, overlay in enumerate(overlays):
+            i, j = index.get(overlay.from_message_id), index.get(overlay.to_message_id)
+            if i is not None and j is not None and i <= j:
+                candidates.append((j - i, order, i, overlay))
+        spans: list[_Span] = []
+        for _, _, i, overlay in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
+            j = index[overlay.to_message_id]
+            if all(j < a or i > b for a, b, _ in spans):
+                spans.append((i, j, overlay))
+        spans.sort(key=lambda s: s[0])
+        return spans
+
+    def _view(self, messages: list[UIMessage], spans: list[_Span]) -> list[UIMessage]:
+        out: list[UIMessage] = []
+        pos = 0
+        for i, j, overlay in spans:
+            out.extend(messages[pos:i])
+            before = next((m.role for m in reversed(out) if m.role != "system"), None)
+            after = next((messages[k].role for k in range(j + 1, len(messages)) if messages[k].role != "system"), None)
+            role: Literal["user", "assistant"] = "assistant" if before == "user" and after == "user" else "user"
+            out.append(self._summary_message(overlay, role))
+            pos = j + 1
+        out.extend(messages[pos:])
+        return out
+
+    def _summary_message(self, overlay: _Overlay, role: Literal["user", "assistant"]) -> UIMessage:
+        key = (overlay.id, role)
+        message = self._synthetic.get(key)
+        if message is None:
+            message = UIMessage(
+                id=f"{COMPACTION_PREFIX}{overlay.id}",
+                role=role,
+                parts=(TextPart(text=f"{SUMMARY_HEADER}\n{overlay.summary}"),),
+                created_at=overlay.created_at,
+            )
+            self._synthetic[key] = message
+        return message
+
+    @staticmethod
+    def _bounds(messages: list[UIMessage], spans: list[_Span]) -> dict[str, tuple[int, int]]:
+        """Each id of the model view mapped to the path range it stands for (a summary stands for its overlay's)."""
+        hidden = {k for i, j, _ in spans for k in range(i, j + 1)}
+        bounds = {m.id: (k, k) for k, m in enumerate(messages) if k not in hidden}
+        bounds.update({f"{COMPACTION_PREFIX}{o.id}": (i, j) for i, j, o in spans})
+        return bounds
+
+
+def _hidden(spans: list[_Span]) -> int:
+    return sum(j - i + 1 for i, j, _ in spans)

@@ -19,15 +19,14 @@ async def assemble_history(engine: Engine, request_id: str | None) -> tuple[list
             "chat:transcript:repaired",
             {"requestId": request_id, "removedToolCalls": len(repaired_ids), "toolCallIds": repaired_ids},
         )
-    model_view = getattr(engine.session, "model_view", None)  # TODO-HELPER: plain call
-    view = model_view(repaired) if model_view is not None else repaired
+    view = engine.session.model_view(repaired) if engine.session is not None else repaired
     return repaired, to_model_messages(truncate_older(view))
 
 
 async def system_prompt(engine: Engine, base: str) -> str:
     """The turn's system prompt: ``base`` with the session's context blocks (frozen) when it has any."""
     session = engine.session
-    if session is None or not getattr(session, "has_context_blocks", False):
+    if session is None or not session.has_context_blocks:
         return base
     frozen: str = await session.system_prompt(base)
     return frozen

@@ -255,6 +255,8 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                 finally:
                     # Closing here (not at garbage collection) finalizes the turn inside its slot.
                     await body.aclose()
+                if outcome.message is not None:
+                    await _compact_between_turns(engine, spec.request_id)
         finally:
             engine.aborts.remove(spec.request_id)
     except _SetupFailed as failed:
@@ -277,6 +279,19 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                     **({"error": outcome.error} if outcome.error else {}),
                 },
             )
+
+
+async def _compact_between_turns(engine: Engine, request_id: str) -> None:
+    """``compact_after``: after a turn appended its reply, compact when the history passed the threshold.
+
+    Still inside the slot, so the next turn already sees the summary. Failures are the session's to report.
+    """
+    session = engine.session
+    if session is None or session.compact_threshold is None:
+        return
+    system = await system_prompt(engine, engine.agent.get_system_prompt(engine.collect_tools()))
+    if await session.maybe_compact(engine.messages, system) is not None:
+        engine.publish("chat:context:compacted", {"reason": "threshold", "shortened": True, "requestId": request_id})
 
 
 async def _fail_setup(

@@ -18,12 +18,14 @@ from ..chunks import ToolUpdate, parse_chunk
 from ..errors import ConfigurationError, ThinkError, TurnError
 from ..hooks import ChatErrorContext, ChatResponseResult
 from ..messages import UIMessage, WireModel
-from ..models import resolve_model
+from ..compaction import create_compact_function, estimate_tokens
+from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
 from ..session import Session
 from ..store import SQLiteStore, Store
 from ..tools import Tool, ToolContext, class_tools
 from .abort import AbortRegistry
+from .convert import to_model_messages
 from .queue import TurnQueue
 
 __all__ = ["DATA_DIR_ENV", "Engine"]
@@ -80,9 +82,41 @@ class Engine:
         configured = await self.agent.configure_session(session)
         self.session = configured if isinstance(configured, Session) else session
         self._store = self.session.store
-        await _maybe(self.session, "load")  # TODO-HELPER: plain call once Session.load exists
+        if self.session.compaction is None:  # the shipped compaction: the agent's own model writes the summary
+            self.session.on_compaction(create_compact_function(self.summarize))
+        self.session.set_default_token_counter(self.count_tokens)
+        await self.session.load()
         self.messages = await self.store.load_messages()
         self.started = True
+
+    async def summarize(self, prompt: str) -> str:
+        """Ask the agent's model for a summary (the shipped compaction's ``summarize``)."""
+        client, model_id = self.model_client()
+        request = ModelRequest(model=model_id, messages=[{"role": "user", "content": prompt}])
+        stream = client.stream(request)
+        parts: list[str] = []
+        try:
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    parts.append(event.text)
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
+        return "".join(parts)
+
+    async def count_tokens(self, messages: list[UIMessage], system_prompt: str = "") -> int:
+        """Tokens of ``messages`` and a system prompt by the model's own tokenizer (litellm's counter, through the
+        model client), or the session's cheap estimate when the model has none."""
+        try:
+            client, model_id = self.model_client()
+        except Exception:
+            return estimate_tokens(messages, system_prompt)
+        model_messages = to_model_messages(messages)
+        if system_prompt:
+            model_messages = [{"role": "system", "content": system_prompt}, *model_messages]
+        counted = await count_tokens(client, model_id, model_messages) if model_messages else 0
+        return counted if counted is not None else estimate_tokens(messages, system_prompt)
 
     async def append(self, message: UIMessage) -> None:
         if await self.store.append_message(message):
@@ -249,7 +283,10 @@ class Engine:
         return tool.call(value, context)
 
     def model_client(self, model: Any = None) -> tuple[Any, str]:
-        return resolve_model(model if model is not None else self.agent.model)
+        model = model if model is not None else self.agent.model
+        if model is None:
+            raise ConfigurationError(f"{type(self.agent).__name__} has no model: set the class attribute `model`")
+        return resolve_model(model)
 
 
 def _error_text(reported: Any) -> str:
@@ -258,9 +295,3 @@ def _error_text(reported: Any) -> str:
     if isinstance(reported, BaseException):
         return str(reported) or type(reported).__name__
     return str(reported)
-
-
-async def _maybe(obj: Any, name: str) -> None:
-    fn = getattr(obj, name, None)
-    if fn is not None:
-        await fn()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import litellm
 import pytest
 
 from think_actors.errors import (
@@ -19,14 +21,20 @@ from think_actors.errors import (
     RateLimitError,
 )
 from think_actors.models import (
+    FileEvent,
     FinishEvent,
     ModelClient,
     ModelEvent,
+    ModelInfo,
     ModelRequest,
     ReasoningDelta,
+    ResponseMetadata,
+    SourceEvent,
     TextDelta,
     ToolCallDelta,
     Usage,
+    count_tokens,
+    model_info,
 )
 from think_actors.models.litellm import LiteLLMClient
 from think_actors.testing.openai_server import ScriptedOpenAIServer
@@ -63,11 +71,23 @@ async def collect(client: ModelClient, req: ModelRequest) -> list[ModelEvent]:
     return [event async for event in client.stream(req)]
 
 
+async def collect_after_metadata(client: ModelClient, req: ModelRequest) -> list[ModelEvent]:
+    """The events of one stream after its leading ResponseMetadata (checked to be there, once)."""
+    events = await collect(client, req)
+    assert isinstance(events[0], ResponseMetadata)
+    assert not any(isinstance(event, ResponseMetadata) for event in events[1:])
+    return events[1:]
+
+
 async def collect_until_error(client: ModelClient, req: ModelRequest) -> tuple[list[ModelEvent], ModelError]:
+    """The events before the error (without a leading ResponseMetadata) and the error."""
     events: list[ModelEvent] = []
     with pytest.raises(ModelError) as caught:
         async for event in client.stream(req):
             events.append(event)
+    if events:
+        assert isinstance(events[0], ResponseMetadata)
+        events = events[1:]
     return events, caught.value
 
 
@@ -97,10 +117,17 @@ async def test_text_streams_as_deltas_then_one_finish(server: ScriptedOpenAIServ
         "prompt_tokens_details": {"cached_tokens": 4},
     }
     server.add_text("hello world", chunk_size=4, reasoning="hmm, ok", usage=usage)
+    before = time.time()
 
     events = await collect(client, request())
 
+    metadata = events[0]
+    assert isinstance(metadata, ResponseMetadata)
+    assert metadata.timestamp is not None
+    # litellm stamps its own clock (whole seconds) on the first chunk and drops the provider's "created".
+    assert int(before) <= metadata.timestamp <= time.time()
     assert events == [
+        ResponseMetadata(id="chatcmpl-scripted-1", model="scripted", timestamp=metadata.timestamp),
         ReasoningDelta("hmm,"),
         ReasoningDelta(" ok"),
         TextDelta("hell"),
@@ -123,7 +150,7 @@ async def test_events_hold_only_plain_data(server: ScriptedOpenAIServer, client:
     for event in events:
         for name in event.__slots__:
             value = getattr(event, name)
-            assert type(value) in (str, int, type(None), Usage), (event, name)
+            assert type(value) in (str, int, float, tuple, type(None), Usage), (event, name)
     usage = events[-1].usage if isinstance(events[-1], FinishEvent) else None
     assert usage is not None
     assert {type(getattr(usage, name)) for name in usage.__slots__} <= {int, type(None)}
@@ -133,7 +160,7 @@ async def test_events_hold_only_plain_data(server: ScriptedOpenAIServer, client:
 async def test_parallel_tool_calls_assemble_by_index(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
     server.add_tool_calls([("search", {"q": "ray actors"}), ("lookup", {"id": 7, "deep": True})], chunk_size=5)
 
-    events = await collect(client, request(tools=[SEARCH_TOOL]))
+    events = await collect_after_metadata(client, request(tools=[SEARCH_TOOL]))
 
     deltas = [event for event in events if isinstance(event, ToolCallDelta)]
     assert len(deltas) > 4  # arguments arrived in fragments, not whole
@@ -197,7 +224,22 @@ async def test_context_overflow_raises_before_any_event(server: ScriptedOpenAISe
 
     assert events == []
     assert type(error) is ContextOverflowError
-    assert error.facts() == {"request_id": None, "retryable": False, "provider": "openai", "status_code": 400}
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": False,
+        "provider": "openai",
+        "status_code": 400,
+        "response_body": {
+            "error": {
+                "message": "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+                "9100 tokens.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "context_length_exceeded",
+            }
+        },
+        "in_stream": False,
+    }
     assert "maximum context length is 8192 tokens" in error.message
     assert_no_litellm_attached(error)
     assert_pickles(error)
@@ -209,7 +251,21 @@ async def test_rate_limit_is_retryable(server: ScriptedOpenAIServer, client: Lit
     _, error = await collect_until_error(client, request())
 
     assert type(error) is RateLimitError
-    assert error.facts() == {"request_id": None, "retryable": True, "provider": "openai", "status_code": 429}
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": True,
+        "provider": "openai",
+        "status_code": 429,
+        "response_body": {
+            "error": {
+                "message": "Rate limit reached for requests",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            }
+        },
+        "in_stream": False,
+    }
     assert "Rate limit reached for requests" in error.message
     assert_no_litellm_attached(error)
     assert_pickles(error)
@@ -224,7 +280,17 @@ async def test_other_statuses_are_provider_errors(
     _, error = await collect_until_error(client, request())
 
     assert type(error) is ProviderError
-    assert error.facts() == {"request_id": None, "retryable": retryable, "provider": "openai", "status_code": status}
+    error_type = "invalid_request_error" if status < 500 else "server_error"
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": retryable,
+        "provider": "openai",
+        "status_code": status,
+        "response_body": {
+            "error": {"message": f"scripted failure {status}", "type": error_type, "param": None, "code": None}
+        },
+        "in_stream": False,
+    }
     assert f"scripted failure {status}" in error.message
     assert_pickles(error)
     server.assert_complete()  # max_retries=0 made exactly one attempt
@@ -234,7 +300,7 @@ async def test_max_retries_retries_a_server_error(server: ScriptedOpenAIServer, 
     server.add_error(status=503, message="overloaded")
     server.add_text("recovered")
 
-    events = await collect(client, request(max_retries=1))
+    events = await collect_after_metadata(client, request(max_retries=1))
 
     assert [event.text for event in events if isinstance(event, TextDelta)] == ["reco", "vere", "d"]
     assert len(server.requests) == 2
@@ -247,7 +313,14 @@ async def test_cut_stream_raises_after_the_partial_text(server: ScriptedOpenAISe
 
     assert events == [TextDelta("part"), TextDelta("ial "), TextDelta("text")]
     assert type(error) is ModelConnectionError
-    assert error.facts() == {"request_id": None, "retryable": True, "provider": "openai", "status_code": None}
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": True,
+        "provider": "openai",
+        "status_code": None,
+        "response_body": None,
+        "in_stream": False,
+    }
     assert error.message.startswith("stream cut before it finished")
     assert_no_litellm_attached(error)
     assert_pickles(error)
@@ -262,7 +335,21 @@ async def test_error_event_mid_stream_raises_after_earlier_events(
 
     assert events == [TextDelta("some"), TextDelta(" tex"), TextDelta("t")]
     assert type(error) is ProviderError
-    assert error.facts() == {"request_id": None, "retryable": True, "provider": "openai", "status_code": None}
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": True,
+        "provider": "openai",
+        "status_code": None,
+        "response_body": {
+            "error": {
+                "message": "The server had an error while processing your request.",
+                "type": "server_error",
+                "param": None,
+                "code": "server_error",
+            }
+        },
+        "in_stream": True,
+    }
     assert "The server had an error while processing your request." in error.message
     assert_no_litellm_attached(error)
     assert_pickles(error)
@@ -280,7 +367,15 @@ async def test_context_overflow_event_mid_stream(server: ScriptedOpenAIServer, c
 
     assert events == [TextDelta("so")]
     assert type(error) is ContextOverflowError
-    assert error.retryable is False
+    assert (error.retryable, error.in_stream, error.status_code) == (False, True, None)
+    assert error.response_body == {
+        "error": {
+            "message": "maximum context length exceeded",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "context_length_exceeded",
+        }
+    }
     assert_pickles(error)
 
 
@@ -292,6 +387,7 @@ async def test_no_answer_in_time_is_a_timeout(server: ScriptedOpenAIServer, clie
     assert events == []
     assert type(error) is ModelTimeoutError
     assert (error.facts()["provider"], error.retryable) == ("openai", True)
+    assert (error.response_body, error.in_stream) == (None, False)
     assert_no_litellm_attached(error)
     assert_pickles(error)
 
@@ -303,7 +399,7 @@ async def test_stream_going_silent_is_a_timeout(server: ScriptedOpenAIServer, cl
 
     assert events == [TextDelta("abc")]
     assert type(error) is ModelTimeoutError
-    assert error.retryable is True
+    assert (error.retryable, error.response_body, error.in_stream) == (True, None, False)
 
 
 async def test_exhausted_script_says_so(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
@@ -344,7 +440,8 @@ async def test_early_exit_closes_the_stream(
             first = event
             break
 
-    assert first == TextDelta("x")
+    assert isinstance(first, ResponseMetadata)
+    assert first == ResponseMetadata("chatcmpl-scripted-1", "scripted", first.timestamp)
     assert closed == [True]
     # The connection was released: the next request goes through.
     assert [e for e in await collect(client, request()) if isinstance(e, TextDelta)] == [TextDelta("next")]
@@ -366,3 +463,318 @@ async def test_non_streaming_request_gets_a_whole_completion(server: ScriptedOpe
         ("call_1", "search", {"q": "x"})
     ]
     assert "stream" not in server.requests[0] or server.requests[0]["stream"] is False
+
+
+# -- response metadata, sources, files, provider metadata, cost ----------------------------------------------------
+
+
+async def test_metadata_names_the_response_and_the_model_that_answered() -> None:
+    async with ScriptedOpenAIServer(model="gpt-4o-mini-2024-07-18") as server:
+        client = LiteLLMClient(api_base=server.base_url, api_key="test")
+        server.add_text("a")
+        server.add_text("b")
+
+        first = (await collect(client, request(model="openai/gpt-4o-mini")))[0]
+        second = (await collect(client, request(model="openai/gpt-4o-mini")))[0]
+
+    assert isinstance(first, ResponseMetadata)
+    assert isinstance(second, ResponseMetadata)
+    # The provider's reported model, not the requested alias that litellm echoes in chunk.model.
+    assert first == ResponseMetadata("chatcmpl-scripted-1", "gpt-4o-mini-2024-07-18", first.timestamp)
+    assert second == ResponseMetadata("chatcmpl-scripted-2", "gpt-4o-mini-2024-07-18", second.timestamp)
+
+
+async def test_cost_comes_from_litellms_price_table(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_text("ok", usage={"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500})
+    server.add_text(
+        "ok",
+        usage={
+            "prompt_tokens": 1000,
+            "completion_tokens": 500,
+            "total_tokens": 1500,
+            "prompt_tokens_details": {"cached_tokens": 400},
+        },
+    )
+
+    plain = (await collect(client, request(model="openai/gpt-4o-mini")))[-1]
+    cached = (await collect(client, request(model="openai/gpt-4o-mini")))[-1]
+
+    assert isinstance(plain, FinishEvent)
+    assert isinstance(cached, FinishEvent)
+    assert plain.cost_usd == sum(litellm.cost_per_token(model="gpt-4o-mini", prompt_tokens=1000, completion_tokens=500))
+    assert plain.cost_usd == pytest.approx(1000 * 0.15e-6 + 500 * 0.6e-6)  # $0.15 / $0.60 per million tokens
+    # 400 of the 1000 input tokens read from the prompt cache, at half price.
+    assert cached.cost_usd == pytest.approx(600 * 0.15e-6 + 400 * 0.075e-6 + 500 * 0.6e-6)
+    assert type(plain.cost_usd) is float
+
+
+async def test_cost_is_none_for_an_unpriced_model_or_unknown_usage(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    server.add_text("ok", usage={"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500})
+    server.add_text("ok")
+
+    unpriced = (await collect(client, request(model="openai/scripted")))[-1]
+    no_usage = (
+        await collect(
+            client, request(model="openai/gpt-4o-mini", provider_options={"stream_options": {"include_usage": False}})
+        )
+    )[-1]
+
+    assert isinstance(unpriced, FinishEvent)
+    assert unpriced.usage is not None
+    assert (unpriced.usage.input_tokens, unpriced.usage.output_tokens, unpriced.cost_usd) == (1000, 500, None)
+    assert no_usage == FinishEvent("stop", None, cost_usd=None)
+
+
+async def test_url_citations_become_sources(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_text(
+        "Ray is fast.",
+        chunk_size=20,
+        url_citations=[("https://docs.ray.io", "Ray docs"), ("https://ray.io", None), ("https://docs.ray.io", "again")],
+    )
+
+    events = await collect_after_metadata(client, request())
+
+    assert events[:-1] == [
+        TextDelta("Ray is fast."),
+        SourceEvent("chatcmpl-scripted-1-source-1", "https://docs.ray.io", "Ray docs"),
+        SourceEvent("chatcmpl-scripted-1-source-2", "https://ray.io", None),
+    ]
+    server.assert_complete()
+
+
+async def test_perplexity_citations_become_sources_once_each(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    # Perplexity repeats its full lists on every chunk; search_results carry the titles.
+    server.add_text(
+        "abcdef",
+        chunk_size=3,
+        chunk_fields={
+            "citations": ["https://a.example", "https://b.example"],
+            "search_results": [{"title": "B", "url": "https://b.example", "date": None}],
+        },
+    )
+
+    events = await collect_after_metadata(client, request())
+
+    assert events[:-1] == [
+        TextDelta("abc"),
+        SourceEvent("chatcmpl-scripted-1-source-1", "https://b.example", "B"),
+        SourceEvent("chatcmpl-scripted-1-source-2", "https://a.example", None),
+        TextDelta("def"),
+    ]
+
+
+async def test_anthropic_citation_in_provider_fields_becomes_a_source(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    # litellm's Anthropic stream puts a web-search citation in the delta's provider_specific_fields.
+    citation = {"type": "web_search_result_location", "url": "https://a.example", "title": "A", "cited_text": "x"}
+    server.add_text("ok", extra_deltas=[{"provider_specific_fields": {"citation": citation}}])
+
+    events = await collect_after_metadata(client, request())
+
+    assert events[:-1] == [TextDelta("ok"), SourceEvent("chatcmpl-scripted-1-source-1", "https://a.example", "A")]
+    assert isinstance(events[-1], FinishEvent)
+    assert events[-1].provider_metadata == {"citation": citation}
+
+
+async def test_images_become_files(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_text(
+        "here",
+        images=["data:image/png;base64,iVBORw0KGgo=", "https://img.example/cat.jpg", "https://img.example/raw"],
+    )
+
+    events = await collect_after_metadata(client, request())
+
+    assert events[:-1] == [
+        TextDelta("here"),
+        FileEvent("data:image/png;base64,iVBORw0KGgo=", "image/png"),
+        FileEvent("https://img.example/cat.jpg", "image/jpeg"),
+        FileEvent("https://img.example/raw", "image/*"),  # an image of a type the URL does not tell
+    ]
+
+
+async def test_provider_fields_merge_into_provider_metadata(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    server.add_text(
+        "ok",
+        chunk_fields={"provider_specific_fields": {"region": "eu"}},
+        extra_deltas=[
+            {"provider_specific_fields": {"trace": "t-1", "steps": [1]}},
+            {"content": "!", "provider_specific_fields": {"trace": "t-2"}},
+        ],
+    )
+
+    events = await collect_after_metadata(client, request())
+
+    # A later value of a key wins, as in litellm's own chunk builder.
+    assert isinstance(events[-1], FinishEvent)
+    assert events[-1].provider_metadata == {"region": "eu", "trace": "t-2", "steps": [1]}
+    assert events[-1].warnings == ()
+    assert [e for e in events if isinstance(e, TextDelta)] == [TextDelta("ok"), TextDelta("!")]
+
+
+async def test_new_events_pickle(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_text(
+        "ok",
+        url_citations=[("https://a.example", "A")],
+        images=["data:image/png;base64,AAAA"],
+        extra_deltas=[{"provider_specific_fields": {"nested": {"list": [1, "two", None]}}}],
+    )
+
+    events = await collect(client, request(model="openai/gpt-4o-mini"))
+
+    assert [type(e).__name__ for e in events] == [
+        "ResponseMetadata",
+        "TextDelta",
+        "SourceEvent",
+        "FileEvent",
+        "FinishEvent",
+    ]
+    assert pickle.loads(pickle.dumps(events)) == events
+    finish = events[-1]
+    assert isinstance(finish, FinishEvent)
+    assert json.loads(json.dumps(finish.provider_metadata)) == {"nested": {"list": [1, "two", None]}}
+
+
+# -- error bodies -------------------------------------------------------------------------------------------------
+
+
+async def test_anthropic_shaped_overflow_body_is_kept_whole(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    body = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"},
+    }
+    server.add_error(400, body)
+
+    _, error = await collect_until_error(client, request())
+
+    assert type(error) is ContextOverflowError
+    assert (error.status_code, error.response_body, error.in_stream) == (400, body, False)
+    assert_no_litellm_attached(error)
+    assert_pickles(error)
+
+
+async def test_text_error_body_is_kept_as_text(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_error(413, "Request Entity Too Large")
+    server.add_error(502, "<html><body>Bad gateway</body></html>")
+
+    _, too_large = await collect_until_error(client, request())
+    _, bad_gateway = await collect_until_error(client, request())
+
+    assert type(too_large) is ProviderError
+    assert too_large.facts() == {
+        "request_id": None,
+        "retryable": False,
+        "provider": "openai",
+        "status_code": 413,
+        "response_body": "Request Entity Too Large",
+        "in_stream": False,
+    }
+    assert type(bad_gateway) is ProviderError
+    assert (bad_gateway.status_code, bad_gateway.retryable) == (502, True)
+    assert bad_gateway.response_body == "<html><body>Bad gateway</body></html>"
+    assert_pickles(too_large)
+
+
+async def test_json_body_that_is_not_an_object_is_kept_as_text(
+    server: ScriptedOpenAIServer, client: LiteLLMClient
+) -> None:
+    server.add_error(400, ["not", "an", "object"])
+
+    _, error = await collect_until_error(client, request())
+
+    assert (type(error), error.response_body) == (ProviderError, '["not", "an", "object"]')
+
+
+async def test_anthropic_shaped_error_event_mid_stream(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_stream_error(
+        "partial", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    )
+
+    events, error = await collect_until_error(client, request())
+
+    assert events == [TextDelta("part"), TextDelta("ial")]
+    assert type(error) is ProviderError
+    assert error.message == "error event mid-stream: Overloaded"
+    # The openai SDK keeps only the event's "error" member; the client puts it back under "error".
+    assert error.facts() == {
+        "request_id": None,
+        "retryable": True,
+        "provider": "openai",
+        "status_code": None,
+        "response_body": {"error": {"type": "overloaded_error", "message": "Overloaded"}},
+        "in_stream": True,
+    }
+    assert_no_litellm_attached(error)
+    assert_pickles(error)
+
+
+async def test_error_event_with_a_text_error_mid_stream(server: ScriptedOpenAIServer, client: LiteLLMClient) -> None:
+    server.add_stream_error("ab", {"error": "upstream overloaded"})
+
+    events, error = await collect_until_error(client, request())
+
+    assert events == [TextDelta("ab")]
+    assert type(error) is ProviderError
+    assert error.message == "error event mid-stream: upstream overloaded"
+    assert (error.in_stream, error.retryable, error.response_body) == (True, True, {"error": "upstream overloaded"})
+
+
+def test_add_error_takes_a_body_or_a_message() -> None:
+    server = ScriptedOpenAIServer()
+    with pytest.raises(TypeError, match="either body"):
+        server.add_error(400)
+    with pytest.raises(TypeError, match="either body"):
+        server.add_error(400, {"error": "x"}, message="y")
+    with pytest.raises(TypeError, match="code and error_type go with message"):
+        server.add_error(400, {"error": "x"}, code="c")
+
+
+# -- model info and token counts ----------------------------------------------------------------------------------
+
+
+async def test_model_info_from_litellms_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = LiteLLMClient()
+    looked_up: list[str] = []
+    original = litellm.get_model_info
+
+    def recording(model: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(model)
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(litellm, "get_model_info", recording)
+
+    info = await client.model_info("openai/gpt-4o-mini")
+
+    assert info == ModelInfo(
+        max_input_tokens=128_000, max_output_tokens=16_384, input_cost_per_token=0.15e-6, output_cost_per_token=0.6e-6
+    )
+    assert await client.model_info("openai/scripted") is None
+    assert await client.model_info("openai/gpt-4o-mini") == info
+    assert await client.model_info("openai/scripted") is None
+    assert looked_up == ["openai/gpt-4o-mini", "openai/scripted"]  # cached per model id, unknown ones too
+    assert await model_info(client, "openai/gpt-4o-mini") == info
+
+
+async def test_count_tokens_uses_litellms_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = LiteLLMClient()
+    messages = [{"role": "user", "content": "hello world"}]
+
+    assert await client.count_tokens("openai/gpt-4o-mini", messages) == 9
+    assert await client.count_tokens("openai/gpt-4o-mini", messages) == litellm.token_counter(
+        model="openai/gpt-4o-mini", messages=messages
+    )
+    assert await count_tokens(client, "openai/gpt-4o-mini", messages) == 9
+
+    def broken(**kwargs: Any) -> int:
+        raise ValueError("no tokenizer")
+
+    monkeypatch.setattr(litellm, "token_counter", broken)
+    assert await client.count_tokens("openai/gpt-4o-mini", messages) is None

@@ -4,22 +4,41 @@ from __future__ import annotations
 
 import asyncio
 import json
+import pickle
+import time
 from typing import Any
 
 import pytest
 
 from think_actors.errors import RateLimitError, ScriptError
 from think_actors.models import (
+    FileEvent,
     FinishEvent,
     ModelClient,
+    ModelInfo,
     ModelRequest,
     ReasoningDelta,
+    ResponseMetadata,
+    SourceEvent,
     TextDelta,
     ToolCallDelta,
     Usage,
+    count_tokens,
+    model_info,
     resolve_model,
 )
-from think_actors.testing import ScriptedModel, Step, delay, error, reasoning, step, text, tool_call
+from think_actors.testing import (
+    ScriptedModel,
+    Step,
+    delay,
+    error,
+    file,
+    reasoning,
+    source,
+    step,
+    text,
+    tool_call,
+)
 
 USAGE = Usage(input_tokens=1, output_tokens=2, total_tokens=3)
 
@@ -28,8 +47,17 @@ def request(content: str = "hi") -> ModelRequest:
     return ModelRequest(model="scripted", messages=[{"role": "user", "content": content}])
 
 
+def without_metadata(events: list[Any], model: ScriptedModel) -> list[Any]:
+    """``events`` after their leading ResponseMetadata, which must name this model and its latest request."""
+    metadata = events[0]
+    assert metadata == ResponseMetadata(f"scripted-{len(model.requests)}", model.model_id, metadata.timestamp)
+    assert not any(isinstance(event, ResponseMetadata) for event in events[1:])
+    return events[1:]
+
+
 async def play(model: ScriptedModel, req: ModelRequest | None = None) -> list[Any]:
-    return [event async for event in model.stream(req or request())]
+    """One request's events, without the leading ResponseMetadata."""
+    return without_metadata([event async for event in model.stream(req or request())], model)
 
 
 async def events_of(scripted: Step) -> list[Any]:
@@ -185,7 +213,7 @@ async def test_error_after_partial_output_raises_mid_stream() -> None:
     with pytest.raises(RateLimitError, match="cut off"):
         async for event in model.stream(request()):
             received.append(event)
-    assert received == [
+    assert without_metadata(received, model) == [
         TextDelta("part"),
         TextDelta("ial"),
         ToolCallDelta(0, "c1", "a", "{"),
@@ -203,10 +231,17 @@ async def test_delay_pauses_between_events(monkeypatch: pytest.MonkeyPatch) -> N
         await real_sleep(0)
 
     monkeypatch.setattr(asyncio, "sleep", recording_sleep)
-    model = ScriptedModel([step(text("a"), delay(0.25), text("b"))])
+    model = ScriptedModel([step(delay(0.5), text("a"), delay(0.25), text("b"))])
     async for event in model.stream(request()):
         log.append(event)
-    assert log == [TextDelta("a"), ("sleep", 0.25), TextDelta("b"), FinishEvent("stop", Usage(1, 1, 2))]
+    # The leading pause is the time to the first chunk, which is where the response metadata arrives.
+    assert log[0] == ("sleep", 0.5)
+    assert without_metadata(log[1:], model) == [
+        TextDelta("a"),
+        ("sleep", 0.25),
+        TextDelta("b"),
+        FinishEvent("stop", Usage(1, 1, 2)),
+    ]
 
 
 async def test_delay_is_a_real_pause_that_can_be_cancelled() -> None:
@@ -217,7 +252,8 @@ async def test_delay_is_a_real_pause_that_can_be_cancelled() -> None:
     async def consume() -> None:
         async for event in model.stream(request()):
             received.append(event)
-            first.set()
+            if isinstance(event, TextDelta):
+                first.set()
 
     task = asyncio.create_task(consume())
     await first.wait()
@@ -225,4 +261,187 @@ async def test_delay_is_a_real_pause_that_can_be_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert received == [TextDelta("a")]
+    assert without_metadata(received, model) == [TextDelta("a")]
+
+
+# -- response metadata, sources, files, finish details -------------------------------------------------------------
+
+
+async def test_each_step_starts_with_response_metadata() -> None:
+    model = ScriptedModel([text("a"), Step()], model_id="fake-model")
+    before = time.time()
+
+    first: list[Any] = [event async for event in model.stream(request())]
+    second: list[Any] = [event async for event in model.stream(request())]
+
+    first_at, second_at = first[0].timestamp, second[0].timestamp
+    assert isinstance(first_at, float)
+    assert isinstance(second_at, float)
+    assert before <= first_at <= second_at <= time.time()
+    assert first == [
+        ResponseMetadata("scripted-1", "fake-model", first_at),
+        TextDelta("a"),
+        FinishEvent("stop", Usage(1, 1, 2)),
+    ]
+    # A step with no output still streams its metadata, then its finish.
+    assert second == [ResponseMetadata("scripted-2", "fake-model", second_at), FinishEvent("stop", Usage(1, 1, 2))]
+
+
+async def test_error_before_any_output_yields_no_metadata() -> None:
+    model = ScriptedModel([step(delay(0), error(RateLimitError("refused")))])
+    received: list[Any] = []
+    with pytest.raises(RateLimitError, match="refused"):
+        async for event in model.stream(request()):
+            received.append(event)
+    assert received == []  # as when a provider refuses the request: no chunk ever arrives
+
+
+async def test_sources_and_files_stream_in_order() -> None:
+    model = ScriptedModel(
+        [
+            step(
+                text("See the docs."),
+                source("https://docs.ray.io", title="Ray docs", source_id="s1"),
+                source("https://ray.io", source_id="s2"),
+                file("data:image/png;base64,iVBORw0KGgo=", "image/png"),
+            )
+        ]
+    )
+    assert await play(model) == [
+        TextDelta("See the docs."),
+        SourceEvent("s1", "https://docs.ray.io", "Ray docs"),
+        SourceEvent("s2", "https://ray.io", None),
+        FileEvent("data:image/png;base64,iVBORw0KGgo=", "image/png"),
+        FinishEvent("stop", Usage(1, 4, 5)),  # sources and files are not output text
+    ]
+
+
+def test_source_ids_are_unique_by_default() -> None:
+    first, second = source("https://a.example"), source("https://a.example")
+    assert first.items[0].source_id.startswith("src_")
+    assert first.items[0].source_id != second.items[0].source_id
+
+
+async def test_step_carries_warnings_metadata_and_cost_to_the_finish() -> None:
+    model = ScriptedModel(
+        [
+            step(
+                text("ok"),
+                usage=USAGE,
+                warnings=("top_k is not supported",),
+                provider_metadata={"region": "eu"},
+                cost_usd=0.25,
+            )
+        ]
+    )
+    assert await play(model) == [
+        TextDelta("ok"),
+        FinishEvent(
+            "stop", USAGE, warnings=("top_k is not supported",), provider_metadata={"region": "eu"}, cost_usd=0.25
+        ),
+    ]
+
+
+def test_step_addition_merges_finish_details() -> None:
+    combined = step(text("a"), warnings=("w1",), cost_usd=0.5) + step(
+        text("b"), warnings=("w2",), provider_metadata={"k": 1}
+    )
+    assert (combined.warnings, combined.provider_metadata, combined.cost_usd) == (("w1", "w2"), {"k": 1}, 0.5)
+
+
+async def test_scripted_events_pickle() -> None:
+    model = ScriptedModel([step(text("a"), source("https://a.example", source_id="s"), file("data:,x", "text/plain"))])
+    events = [event async for event in model.stream(request())]
+    assert pickle.loads(pickle.dumps(events)) == events
+
+
+# -- a list or tuple is one step; anything else is refused ----------------------------------------------------------
+
+
+async def test_a_list_of_steps_is_one_combined_step() -> None:
+    model = ScriptedModel([[tool_call("a", {}, id="c1"), tool_call("b", {}, id="c2")], text("done")])
+
+    assert model.steps[0] == step(tool_call("a", {}, id="c1"), tool_call("b", {}, id="c2"))
+    assert await play(model) == [
+        ToolCallDelta(0, "c1", "a", "{"),
+        ToolCallDelta(0, None, None, "}"),
+        ToolCallDelta(1, "c2", "b", "{"),
+        ToolCallDelta(1, None, None, "}"),
+        FinishEvent("tool_calls", Usage(1, 2, 3)),
+    ]
+    assert await play(model) == [TextDelta("done"), FinishEvent("stop", Usage(1, 2, 3))]
+    model.assert_complete()
+
+
+async def test_extend_and_add_accept_lists_and_tuples_as_one_step(scripted: ScriptedModel) -> None:
+    scripted.extend([(text("a"), text("b"))])
+    scripted.add([text("c"), text("d")], text("e"))
+    scripted.add(step(text("f")))
+    assert len(scripted.steps) == 4
+    assert [[e.text for e in (await play(scripted))[:-1]] for _ in range(4)] == [["a", "b"], ["c", "d"], ["e"], ["f"]]
+
+
+def test_a_single_step_is_a_one_step_script() -> None:
+    assert ScriptedModel(text("hi")).steps == [text("hi")]
+
+
+@pytest.mark.parametrize(
+    ("steps", "shown"),
+    [
+        (["hello"], "got 'hello'; for text, pass text('hello')"),
+        ([text("a"), {"role": "assistant"}], "got {'role': 'assistant'}"),
+        ([[text("a"), "b"]], "got [Step("),
+        ([[[text("a")]]], "got [[Step("),
+        ([None], "got None"),
+    ],
+)
+def test_anything_else_is_refused_at_construction(steps: list[Any], shown: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        ScriptedModel(steps)
+    message = str(raised.value)
+    assert message.startswith(
+        "ScriptedModel takes steps built with text(), tool_call(), step(), ... or a list/tuple of them played as one "
+        "step; "
+    )
+    assert shown in message
+
+
+def test_a_bare_string_is_refused_with_a_hint(scripted: ScriptedModel) -> None:
+    with pytest.raises(TypeError, match=r"for text, pass \[text\('hello'\)\]"):
+        ScriptedModel("hello")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got 'x'"):
+        scripted.add("x")  # type: ignore[arg-type]
+    assert scripted.steps == []
+
+
+# -- optional capabilities ----------------------------------------------------------------------------------------
+
+
+async def test_context_window_is_reported_as_model_info() -> None:
+    windowed = ScriptedModel(context_window=4096)
+    assert await windowed.model_info("scripted") == ModelInfo(max_input_tokens=4096)
+    assert await model_info(windowed, "scripted") == ModelInfo(max_input_tokens=4096)
+    assert await model_info(ScriptedModel(), "scripted") is None
+
+
+async def test_scripted_model_cannot_count_tokens() -> None:
+    model = ScriptedModel(context_window=4096)
+    assert not hasattr(model, "count_tokens")
+    assert await count_tokens(model, "scripted", [{"role": "user", "content": "hi"}]) is None
+
+
+async def test_capability_helpers_answer_none_when_the_client_fails() -> None:
+    class Broken(ScriptedModel):
+        async def model_info(self, model: str) -> ModelInfo | None:
+            raise RuntimeError("down")
+
+        async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+            raise RuntimeError("down")
+
+    class Counting(ScriptedModel):
+        async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+            return 7 * len(messages)
+
+    assert await model_info(Broken(), "m") is None
+    assert await count_tokens(Broken(), "m", []) is None
+    assert await count_tokens(Counting(), "m", [{"role": "user", "content": "hi"}]) == 7

@@ -309,6 +309,18 @@ async def test_sqlite_wraps_open_errors(tmp_path: Path) -> None:
     await store.close()
 
 
+async def test_sqlite_refuses_a_directory_and_names_for_agent(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path)
+    with pytest.raises(StoreError) as raised:
+        await store.load_messages()
+    assert raised.value.message == (
+        f"SQLite store path {tmp_path} is a directory; SQLiteStore takes a database file path. "
+        "To keep one file per agent under a data directory, use SQLiteStore.for_agent(data_dir, agent_path)."
+    )
+    assert raised.value.retryable is False
+    await store.close()
+
+
 async def test_sqlite_two_stores_on_one_file_see_each_other(tmp_path: Path) -> None:
     path = tmp_path / "agent.db"
     writer, reader = SQLiteStore(path), SQLiteStore(path)

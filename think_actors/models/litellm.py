@@ -5,8 +5,25 @@ project's ``ModelError`` subclasses, raised with no litellm exception attached. 
 exceptions do not pickle (Ray would hand the caller an ``UnserializableException``) and because the process that
 receives the error may not have imported litellm at all.
 
-How litellm 1.110.2 fails against an OpenAI-compatible server (measured with ``ScriptedOpenAIServer``), and the
-error each failure becomes:
+What litellm 1.110.2's stream carries (measured with ``ScriptedOpenAIServer``) and the events it becomes:
+
+- the first chunk -> ``ResponseMetadata``: ``chunk.id`` is the provider's response id; the model the provider
+  reported is only in the chunk's hidden params (``chunk.model`` echoes the requested model, the fallback);
+  ``chunk.created`` is litellm's own clock at the first chunk, since it drops the provider's ``created``.
+- ``delta.annotations`` of type ``url_citation`` (OpenAI web search, Gemini grounding), ``chunk.citations`` and
+  ``chunk.search_results`` (Perplexity), and ``delta.provider_specific_fields["citation"]`` with a URL
+  (Anthropic web search) -> ``SourceEvent``, once per URL.
+- ``delta.images`` (Gemini, OpenRouter image output) -> ``FileEvent``.
+- ``provider_specific_fields`` of chunks and deltas -> ``FinishEvent.provider_metadata``, merged, the later value
+  of a key winning (as litellm's own chunk builder does).
+- the usage chunk -> ``FinishEvent.usage`` and ``cost_usd`` from litellm's local price table.
+- dropped or unsupported parameters are only logged by litellm, never reported on the response, so
+  ``FinishEvent.warnings`` stays empty.
+
+How it fails against an OpenAI-compatible server, and the error each failure becomes. Every error carries
+``status_code`` when there was an HTTP status and ``response_body``: the error response's body as sent, parsed
+into a dict when it is a JSON object, else its text (litellm keeps it on ``exc.response``; the SDK's ``.body``
+holds only the ``error`` member):
 
 - 400 ``context_length_exceeded`` (or a 400 whose text says so): ``ContextWindowExceededError`` at the call
   -> ``ContextOverflowError``.
@@ -16,19 +33,26 @@ error each failure becomes:
   retryable.
 - ``{"error": ...}`` event mid-stream: also ``MidStreamFallbackError`` wrapping ``APIConnectionError``; the event
   itself is only reachable through the exception chain -> by its code: ``ContextOverflowError``, ``RateLimitError``,
-  else ``ProviderError`` (retryable unless ``invalid_request_error``).
-- 500 / 502 / 503: ``InternalServerError`` / ``ServiceUnavailableError`` -> ``ProviderError``, retryable.
-- other 4xx (``BadRequestError``, ``AuthenticationError``, ...) -> ``ProviderError``, not retryable.
+  else ``ProviderError`` (retryable unless ``invalid_request_error``), with ``in_stream=True`` and
+  ``response_body={"error": ...}`` (the openai SDK keeps only the event's ``error`` member).
+- 500 / 502 / 503: ``InternalServerError`` / ``ServiceUnavailableError`` / ``BadGatewayError`` -> ``ProviderError``,
+  retryable.
+- other 4xx (``BadRequestError``, ``AuthenticationError``, a text-body ``APIError``, ...) -> ``ProviderError``,
+  not retryable.
 - anything else -> ``ProviderError``, not retryable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
+import mimetypes
 import os
 import re
-from collections.abc import AsyncGenerator, Iterator
+import uuid
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from typing import Any
 
 from think_actors.errors import (
@@ -40,10 +64,14 @@ from think_actors.errors import (
     RateLimitError,
 )
 from think_actors.models import (
+    FileEvent,
     FinishEvent,
     ModelEvent,
+    ModelInfo,
     ModelRequest,
     ReasoningDelta,
+    ResponseMetadata,
+    SourceEvent,
     TextDelta,
     ToolCallDelta,
     Usage,
@@ -53,11 +81,13 @@ from think_actors.models import (
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_LOG", "ERROR")
 
+import httpx
 import litellm
 import openai  # litellm's exceptions subclass the openai SDK's, so checking the base class covers both
 from litellm.exceptions import ContextWindowExceededError, MidStreamFallbackError
 
 litellm.suppress_debug_info = True
+_log = logging.getLogger(__name__)
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
     logging.getLogger(_name).setLevel(logging.ERROR)
 
@@ -86,32 +116,36 @@ class LiteLLMClient:
             self._defaults["api_base"] = api_base
         if api_key is not None:
             self._defaults["api_key"] = api_key
+        self._model_info: dict[str, ModelInfo | None] = {}
 
     def __repr__(self) -> str:
         return f"LiteLLMClient(api_base={self._defaults.get('api_base')!r})"
 
     async def stream(self, request: ModelRequest) -> AsyncGenerator[ModelEvent, None]:
-        """Stream one request: text, reasoning and tool-call deltas, then exactly one ``FinishEvent``.
+        """Stream one request: ``ResponseMetadata``, content events, then exactly one ``FinishEvent``.
+
+        Content events are text, reasoning and tool-call deltas, sources and files, in the order they arrive.
 
         Closing the generator early (``aclose``, or ``break`` inside ``contextlib.aclosing``) closes the HTTP
         response at once instead of leaving it to garbage collection.
 
         Raises:
             ModelError: a subclass for every provider failure, at the call or mid-stream, with ``provider``,
-                ``status_code`` and ``retryable`` set and no litellm exception attached.
+                ``status_code``, ``response_body``, ``in_stream`` and ``retryable`` set and no litellm exception
+                attached.
         """
         provider = _provider_of(request.model)
+        kwargs = self._call_kwargs(request)
         error: ModelError | None = None
         try:
-            response: Any = await litellm.acompletion(**self._call_kwargs(request))
+            response: Any = await litellm.acompletion(**kwargs)
         except Exception as exc:
             error = _to_model_error(exc, provider)
         # Raised outside the except block so the litellm exception is not even the error's __context__.
         if error is not None:
             raise error from None
 
-        finish_reason: str | None = None
-        usage: Usage | None = None
+        reader = _StreamReader()
         chunks = aiter(response)
         try:
             while True:
@@ -123,15 +157,32 @@ class LiteLLMClient:
                     error = _to_model_error(exc, provider, mid_stream=True)
                 if error is not None:
                     raise error from None
-                usage = _usage(getattr(chunk, "usage", None)) or usage
-                for choice in getattr(chunk, "choices", None) or ():
-                    finish_reason = getattr(choice, "finish_reason", None) or finish_reason
-                    for event in _delta_events(getattr(choice, "delta", None)):
-                        yield event
+                for event in reader.read(chunk):
+                    yield event
         finally:
             # Closes the HTTP response when the consumer stops early; a no-op after a finished stream.
             await _close(response)
-        yield FinishEvent(finish_reason=finish_reason, usage=usage)
+        yield reader.finish(request.model, kwargs.get("custom_llm_provider"))
+
+    async def model_info(self, model: str) -> ModelInfo | None:
+        """Token limits and prices of ``model`` from litellm's local table; None when it does not know the model."""
+        if model not in self._model_info:
+            self._model_info[model] = _lookup_model_info(model)
+        return self._model_info[model]
+
+    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        """The prompt size of ``messages`` by ``model``'s tokenizer (litellm's default one for unknown models).
+
+        None when litellm cannot count them.
+        """
+        try:
+            # In a thread: tokenizing a long transcript takes hundreds of milliseconds (measured: 300 ms for 80k
+            # tokens) and would stall every other stream on this event loop.
+            count = await asyncio.to_thread(litellm.token_counter, model=model, messages=messages)
+        except Exception:
+            _log.debug("litellm.token_counter(%r) failed", model, exc_info=True)
+            return None
+        return _int(count)
 
     def _call_kwargs(self, request: ModelRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
@@ -158,15 +209,88 @@ class LiteLLMClient:
         return kwargs
 
 
+class _StreamReader:
+    """Turns one stream's litellm chunks into events and gathers what its ``FinishEvent`` reports."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._finish_reason: str | None = None
+        self._usage: Any = None  # litellm's own Usage object: the cost lookup reads its cached-token details
+        self._provider_metadata: dict[str, Any] = {}
+        self._source_urls: set[str] = set()
+        self._source_prefix = ""
+
+    def read(self, chunk: Any) -> Iterator[ModelEvent]:
+        if not self._started:
+            self._started = True
+            metadata = _response_metadata(chunk)
+            self._source_prefix = metadata.id or f"response-{uuid.uuid4().hex[:12]}"
+            yield metadata
+        self._usage = getattr(chunk, "usage", None) or self._usage
+        self._add_provider_metadata(getattr(chunk, "provider_specific_fields", None))
+        for choice in getattr(chunk, "choices", None) or ():
+            self._finish_reason = getattr(choice, "finish_reason", None) or self._finish_reason
+            delta = getattr(choice, "delta", None)
+            if delta is None:
+                continue
+            yield from _delta_events(delta)
+            fields = getattr(delta, "provider_specific_fields", None)
+            self._add_provider_metadata(fields)
+            for annotation in _list(getattr(delta, "annotations", None)):
+                if _get(annotation, "type") == "url_citation":
+                    citation = _get(annotation, "url_citation") or annotation
+                    yield from self._source(_get(citation, "url"), _get(citation, "title"))
+            if isinstance(fields, Mapping) and isinstance(fields.get("citation"), Mapping):
+                yield from self._source(_get(fields["citation"], "url"), _get(fields["citation"], "title"))
+            for image in _list(getattr(delta, "images", None)):
+                file = _file_event(image)
+                if file is not None:
+                    yield file
+        # Perplexity repeats its whole list on every chunk; search_results first, since only they carry titles.
+        for result in _list(getattr(chunk, "search_results", None)):
+            yield from self._source(_get(result, "url"), _get(result, "title"))
+        for url in _list(getattr(chunk, "citations", None)):
+            yield from self._source(url, None)
+
+    def finish(self, model: str, custom_llm_provider: Any) -> FinishEvent:
+        return FinishEvent(
+            finish_reason=self._finish_reason,
+            usage=_usage(self._usage),
+            warnings=(),  # litellm only logs what it drops; nothing on the response says so
+            provider_metadata=self._provider_metadata or None,
+            cost_usd=_cost(model, self._usage, _str(custom_llm_provider)),
+        )
+
+    def _source(self, url: Any, title: Any) -> Iterator[SourceEvent]:
+        url = _str(url)
+        if url is None or url in self._source_urls:
+            return
+        self._source_urls.add(url)
+        yield SourceEvent(f"{self._source_prefix}-source-{len(self._source_urls)}", url, _str(title))
+
+    def _add_provider_metadata(self, fields: Any) -> None:
+        if isinstance(fields, Mapping) and fields:
+            self._provider_metadata.update(_plain(dict(fields)))
+
+
+def _response_metadata(chunk: Any) -> ResponseMetadata:
+    hidden = getattr(chunk, "_hidden_params", None)
+    reported = hidden.get("provider_response_model") if isinstance(hidden, Mapping) else None
+    created = getattr(chunk, "created", None)
+    return ResponseMetadata(
+        id=_str(getattr(chunk, "id", None)),
+        model=_str(reported) or _str(getattr(chunk, "model", None)),
+        timestamp=float(created) if isinstance(created, int | float) and not isinstance(created, bool) else None,
+    )
+
+
 def _delta_events(delta: Any) -> Iterator[ModelEvent]:
-    if delta is None:
-        return
     reasoning = getattr(delta, "reasoning_content", None)
     if isinstance(reasoning, str) and reasoning:
-        yield ReasoningDelta(reasoning)
+        yield ReasoningDelta(str(reasoning))
     content = getattr(delta, "content", None)
     if isinstance(content, str) and content:
-        yield TextDelta(content)
+        yield TextDelta(str(content))
     for position, call in enumerate(getattr(delta, "tool_calls", None) or ()):
         function = getattr(call, "function", None)
         index = getattr(call, "index", None)
@@ -180,6 +304,21 @@ def _delta_events(delta: Any) -> Iterator[ModelEvent]:
                 name=str(name) if name else None,
                 arguments=str(arguments),
             )
+
+
+_DATA_URL_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+)[;,]", re.IGNORECASE)
+
+
+def _file_event(image: Any) -> FileEvent | None:
+    # litellm's shape: {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}, "index": 0}.
+    image_url = _get(image, "image_url")
+    url = _str(_get(image_url, "url") if not isinstance(image_url, str) else image_url)
+    if url is None:
+        return None
+    match = _DATA_URL_TYPE.match(url)
+    media_type = match.group(1).lower() if match else mimetypes.guess_type(url)[0]
+    # The field holds images only, so a URL without a recognisable type is still some image.
+    return FileEvent(url, media_type if media_type and media_type.startswith("image/") else "image/*")
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -196,8 +335,87 @@ def _usage(raw: Any) -> Usage | None:
     )
 
 
+def _cost(model: str, raw_usage: Any, custom_llm_provider: str | None) -> float | None:
+    """The request's price in USD from litellm's local table; None when the model is unpriced or usage unknown."""
+    prompt = _int(getattr(raw_usage, "prompt_tokens", None))
+    completion = _int(getattr(raw_usage, "completion_tokens", None))
+    if prompt is None and completion is None:
+        return None
+    try:
+        # usage_object lets litellm price cached input tokens at the cache-read rate.
+        prompt_cost, completion_cost = litellm.cost_per_token(
+            model=model,
+            prompt_tokens=prompt or 0,
+            completion_tokens=completion or 0,
+            usage_object=raw_usage if isinstance(raw_usage, litellm.Usage) else None,
+            custom_llm_provider=custom_llm_provider,
+        )
+        cost = float(prompt_cost) + float(completion_cost)
+    except Exception:  # ModelNotMappedError for an unpriced model, or anything litellm's pricing trips on
+        _log.debug("no litellm price for %r", model, exc_info=True)
+        return None
+    return cost if cost == cost and cost >= 0 else None  # never NaN or negative
+
+
+def _lookup_model_info(model: str) -> ModelInfo | None:
+    try:
+        info: Any = litellm.get_model_info(model)
+        return ModelInfo(
+            max_input_tokens=_int(info.get("max_input_tokens")),
+            max_output_tokens=_int(info.get("max_output_tokens")),
+            input_cost_per_token=_float(info.get("input_cost_per_token")),
+            output_cost_per_token=_float(info.get("output_cost_per_token")),
+        )
+    except Exception:  # litellm raises for a model it has no entry for
+        _log.debug("litellm has no model info for %r", model, exc_info=True)
+        return None
+
+
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if isinstance(value, str) and value else None
+
+
+def _get(obj: Any, key: str) -> Any:
+    """``obj[key]`` for a mapping, else ``obj.key``: litellm hands over dicts or pydantic objects."""
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON data of exact builtin types (no litellm or pydantic objects, which would not pickle)."""
+    if value is None or type(value) in (bool, str, int, float):
+        return value
+    if depth > 32:
+        return repr(value)
+    # Subclasses (str and int enums, litellm's own str types) become the builtin value they hold.
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):  # bool cannot be subclassed, so this is an int subclass
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v, depth + 1) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        with contextlib.suppress(Exception):
+            return _plain(dump(mode="json"), depth + 1)
+    return repr(value)
 
 
 async def _close(response: Any) -> None:
@@ -232,49 +450,90 @@ def _to_model_error(exc: Exception, provider: str | None, *, mid_stream: bool = 
         if isinstance(original, Exception) and not isinstance(original, MidStreamFallbackError):
             return _to_model_error(original, provider, mid_stream=True)
         return ModelConnectionError(
-            f"stream cut before it finished: {_message(exc)}", provider=provider, retryable=True
+            f"stream cut before it finished: {_message(exc)}", provider=provider, retryable=True, in_stream=False
         )
     message = _message(exc)
     status = _status(exc)
+    facts: dict[str, Any] = {
+        "provider": provider,
+        "status_code": status,
+        "response_body": _response_body(exc),
+        "in_stream": False,
+    }
     if isinstance(exc, ContextWindowExceededError) or (
         isinstance(exc, openai.BadRequestError) and _CONTEXT_OVERFLOW.search(message)
     ):
-        return ContextOverflowError(message, provider=provider, status_code=status)
+        return ContextOverflowError(message, **facts)
     if isinstance(exc, openai.RateLimitError):
-        return RateLimitError(message, provider=provider, status_code=status, retryable=True)
+        return RateLimitError(message, retryable=True, **facts)
     # Before APIConnectionError: the SDK's timeout error subclasses it.
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
-        return ModelTimeoutError(message, provider=provider, status_code=status, retryable=True)
+        return ModelTimeoutError(message, retryable=True, **facts)
     if isinstance(exc, openai.APIConnectionError | ConnectionError):
         # litellm labels connection failures 500, but no HTTP status was received, so report none.
         if mid_stream:
             message = f"stream cut before it finished: {message}"
-        return ModelConnectionError(message, provider=provider, retryable=True)
+        return ModelConnectionError(message, retryable=True, **{**facts, "status_code": None, "response_body": None})
     if isinstance(exc, openai.APIError):
-        return ProviderError(message, provider=provider, status_code=status, retryable=status is None or status >= 500)
-    return ProviderError(f"{type(exc).__name__}: {message}", provider=provider, status_code=status)
+        return ProviderError(message, retryable=status is None or status >= 500, **facts)
+    return ProviderError(f"{type(exc).__name__}: {message}", **facts)
+
+
+def _response_body(exc: BaseException) -> Any:
+    """The provider's error body: the JSON object as a dict, else the text; None without an error response.
+
+    The HTTP response litellm keeps holds the whole body (``{"error": {...}}``, Anthropic's
+    ``{"type": "error", "error": {...}}``, a proxy's HTML); the SDK's ``.body`` only its ``error`` member, so it is
+    the fallback.
+    """
+    linked = list(_linked(exc))
+    for current in linked:
+        response = getattr(current, "response", None)
+        # Only an error status: a connection failure may carry litellm's placeholder response or the 200 stream.
+        if isinstance(response, httpx.Response) and response.status_code >= 400:
+            try:
+                text = response.text
+            except Exception:  # a streamed body that was never read
+                continue
+            if text:
+                return _parse_body(text)
+    for current in linked:
+        body = getattr(current, "body", None)
+        if body is not None:
+            return _parse_body(body) if isinstance(body, str) else _plain(body)
+    return None
+
+
+def _parse_body(text: str) -> Any:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return text
+    return parsed if isinstance(parsed, dict) else text
 
 
 def _error_event(exc: BaseException) -> openai.APIError | None:
     """The provider's ``{"error": ...}`` event behind a mid-stream failure, if that is what ended the stream."""
     for linked in _linked(exc):
-        if (
-            type(linked) is openai.APIError  # the SDK raises the bare class for an error event in the SSE stream
-            and isinstance(linked.body, dict)
-        ):
+        # The SDK raises the bare class, with the event's "error" member as body, for an error event in the stream.
+        if type(linked) is openai.APIError and linked.body is not None:
             return linked
     return None
 
 
 def _error_event_to_model_error(event: openai.APIError, provider: str | None) -> ModelError:
-    message = f"error event mid-stream: {event.message}"
+    body = event.body
+    text = body if isinstance(body, str) else event.message
+    message = f"error event mid-stream: {text}"
+    # The SDK kept only the event's "error" member; put it back in the shape the provider sent.
+    facts: dict[str, Any] = {"provider": provider, "response_body": {"error": _plain(body)}, "in_stream": True}
     code = _str(event.code) or ""
-    if code == "context_length_exceeded" or _CONTEXT_OVERFLOW.search(event.message):
-        return ContextOverflowError(message, provider=provider)
+    if code == "context_length_exceeded" or _CONTEXT_OVERFLOW.search(text):
+        return ContextOverflowError(message, **facts)
     if code in ("rate_limit_exceeded", "rate_limit_error") or event.type in ("rate_limit_error", "requests"):
-        return RateLimitError(message, provider=provider, retryable=True)
+        return RateLimitError(message, retryable=True, **facts)
     # The provider accepted the request and then failed while generating: usually transient.
-    return ProviderError(message, provider=provider, retryable=event.type != "invalid_request_error")
+    return ProviderError(message, retryable=event.type != "invalid_request_error", **facts)
 
 
 def _linked(exc: BaseException) -> Iterator[BaseException]:
@@ -299,7 +558,3 @@ def _message(exc: BaseException) -> str:
 
 def _status(exc: BaseException) -> int | None:
     return _int(getattr(exc, "status_code", None))
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None

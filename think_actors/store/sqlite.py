@@ -227,6 +227,12 @@ class SQLiteStore:
             return self._conn
         if self._closed:
             raise StoreError(f"SQLite store {self._path} is closed")
+        if os.path.isdir(self._path):
+            # sqlite3 would only say "unable to open database file"; the usual cause is passing the data directory.
+            raise StoreError(
+                f"SQLite store path {self._path} is a directory; SQLiteStore takes a database file path. "
+                "To keep one file per agent under a data directory, use SQLiteStore.for_agent(data_dir, agent_path)."
+            )
         try:
             # isolation_level=None: no implicit BEGINs; _transaction says where a transaction starts and ends.
             # check_same_thread=False: the store may be built in one thread and used from another (see class doc);

@@ -4,7 +4,11 @@
 without ever reaching a provider. This server speaks just enough of ``POST /v1/chat/completions`` for that: each
 request takes the next scripted entry, streamed as ``data: {...}`` lines ending in ``data: [DONE]``, or answered
 whole when the request did not ask to stream. Failures are scripted too (error statuses, a stream cut without
-``[DONE]``, an error event mid-stream), so every mapping in the client can be driven by a real socket.
+``[DONE]``, an error event mid-stream), so every mapping in the client can be driven by a real socket, and an error
+body can be any provider's (an Anthropic-shaped JSON object, a proxy's plain text) to replay real failures.
+
+Every chunk of a response carries the same ``id`` (``chatcmpl-scripted-<n>``, n counting responses), ``created``
+(unix seconds) and ``model`` (the server's ``model``), as OpenAI sends them.
 
 Example::
 
@@ -32,8 +36,6 @@ from think_actors.errors import ScriptError
 
 __all__ = ["ScriptedOpenAIServer"]
 
-_MODEL = "scripted"
-
 
 @dataclass(frozen=True, slots=True)
 class _ToolCall:
@@ -52,29 +54,34 @@ class _Reply:
     chunk_size: int = 4
     finish_reason: str = "stop"
     usage: dict[str, Any] | None = None
+    url_citations: tuple[tuple[str, str | None], ...] = ()
+    images: tuple[str, ...] = ()
+    extra_deltas: tuple[dict[str, Any], ...] = ()
+    chunk_fields: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _ErrorReply:
-    """An HTTP error status with an OpenAI-shaped ``{"error": {...}}`` body, sent before any stream starts."""
+    """An HTTP error status sent before any stream starts: a JSON body, or a ``str`` sent as plain text."""
 
     status: int
-    error: dict[str, Any]
+    body: Any
 
 
 @dataclass(frozen=True, slots=True)
 class _BrokenStream:
     """Some text chunks, then the stream breaks instead of finishing.
 
-    ``ending`` says how: ``cut`` drops the connection without ``[DONE]``, ``error`` sends an ``{"error": {...}}``
-    event and ends, ``stall`` stops sending until the server stops (so the client's read timeout fires).
-    ``headers=False`` (stall only) stalls before even the response headers, so the timeout fires at the call.
+    ``ending`` says how: ``cut`` drops the connection without ``[DONE]``, ``error`` sends ``event`` (e.g.
+    ``{"error": {...}}``) as the last data line and ends, ``stall`` stops sending until the server stops (so the
+    client's read timeout fires). ``headers=False`` (stall only) stalls before even the response headers, so the
+    timeout fires at the call.
     """
 
     text: str
     chunk_size: int
     ending: Literal["cut", "error", "stall"]
-    error: dict[str, Any] | None = None
+    event: Any = None
     headers: bool = True
 
 
@@ -86,16 +93,19 @@ class ScriptedOpenAIServer:
 
     ``requests`` holds every request body in arrival order and ``request_headers`` the matching headers (names
     lowercased, since clients differ in case), so a test can assert exactly what the client sent. When the script
-    runs out the server answers 500 with a message saying so, and ``assert_complete`` fails.
+    runs out the server answers 500 with a message saying so, and ``assert_complete`` fails. ``model`` is the model
+    name the responses report (a provider reports the version that answered, e.g. ``gpt-4o-mini-2024-07-18``).
     """
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", *, model: str = "scripted") -> None:
         self.host = host
+        self.model = model
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self._script: deque[_Entry] = deque()
         self._exhausted_requests = 0
         self._ids = itertools.count(1)
+        self._responses = itertools.count(1)
         self._stopping = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self._port: int | None = None
@@ -113,13 +123,35 @@ class ScriptedOpenAIServer:
         reasoning: str = "",
         finish_reason: str = "stop",
         usage: dict[str, Any] | None = None,
+        url_citations: Sequence[tuple[str, str | None]] = (),
+        images: Sequence[str] = (),
+        extra_deltas: Sequence[dict[str, Any]] = (),
+        chunk_fields: dict[str, Any] | None = None,
     ) -> None:
         """Queue a text answer streamed ``chunk_size`` characters per chunk (reasoning chunks first, if any).
 
-        ``usage`` is the OpenAI ``usage`` object to report; by default a small one is made up from the text.
+        Args:
+            usage: The OpenAI ``usage`` object to report; by default a small one is made up from the text.
+            url_citations: ``(url, title)`` pairs sent after the text as one delta of OpenAI ``url_citation``
+                ``annotations`` (as web search sends them).
+            images: Image URLs (usually ``data:`` URLs) sent after the text as one delta of ``images``, the shape
+                litellm gives image output.
+            extra_deltas: Further deltas sent verbatim after those, for shapes no option covers.
+            chunk_fields: Top-level fields added to every chunk that carries text (e.g. Perplexity's
+                ``citations`` and ``search_results``).
         """
         self._script.append(
-            _Reply(text=text, reasoning=reasoning, chunk_size=chunk_size, finish_reason=finish_reason, usage=usage)
+            _Reply(
+                text=text,
+                reasoning=reasoning,
+                chunk_size=chunk_size,
+                finish_reason=finish_reason,
+                usage=usage,
+                url_citations=tuple(url_citations),
+                images=tuple(images),
+                extra_deltas=tuple(extra_deltas),
+                chunk_fields=chunk_fields,
+            )
         )
 
     def add_tool_calls(
@@ -144,15 +176,30 @@ class ScriptedOpenAIServer:
 
     def add_error(
         self,
-        *,
         status: int,
-        message: str,
+        body: Any = None,
+        *,
+        message: str | None = None,
         code: str | None = None,
         error_type: str | None = None,
     ) -> None:
-        """Queue an HTTP error answer, e.g. 400 ``context_length_exceeded``, 429 or 500."""
-        error_type = error_type or ("invalid_request_error" if status < 500 else "server_error")
-        self._script.append(_ErrorReply(status, {"message": message, "type": error_type, "param": None, "code": code}))
+        """Queue an HTTP error answer, e.g. 400 ``context_length_exceeded``, 429 or 500.
+
+        Give either ``body``, sent as is (a ``str`` as ``text/plain``, anything else as JSON, e.g. another
+        provider's real error body), or ``message`` (with ``code`` and ``error_type``) for an OpenAI-shaped
+        ``{"error": {...}}`` body.
+
+        Raises:
+            TypeError: both ``body`` and ``message`` were given, or neither.
+        """
+        if (body is None) == (message is None):
+            raise TypeError("add_error takes either body (sent as is) or message (an OpenAI-shaped error body)")
+        if body is None:
+            error_type = error_type or ("invalid_request_error" if status < 500 else "server_error")
+            body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+        elif code is not None or error_type is not None:
+            raise TypeError("add_error: code and error_type go with message, not with a body sent as is")
+        self._script.append(_ErrorReply(status, body))
 
     def add_cut_stream(self, text: str, *, chunk_size: int = 4) -> None:
         """Queue a stream that sends ``text`` in chunks, then drops the connection without ``[DONE]``."""
@@ -161,15 +208,21 @@ class ScriptedOpenAIServer:
     def add_stream_error(
         self,
         text: str,
+        error_payload: Any = None,
         *,
         message: str = "The server had an error while processing your request.",
         code: str | None = "server_error",
         error_type: str = "server_error",
         chunk_size: int = 4,
     ) -> None:
-        """Queue a stream that sends ``text`` in chunks, then an ``{"error": ...}`` event, then ends."""
-        error = {"message": message, "type": error_type, "param": None, "code": code}
-        self._script.append(_BrokenStream(text, chunk_size, "error", error))
+        """Queue a stream that sends ``text`` in chunks, then an error event, then ends.
+
+        The event's data is ``error_payload`` as given (any JSON, e.g. Anthropic's ``{"type": "error", "error":
+        {...}}``), else the OpenAI-shaped ``{"error": {...}}`` built from ``message``, ``code`` and ``error_type``.
+        """
+        if error_payload is None:
+            error_payload = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+        self._script.append(_BrokenStream(text, chunk_size, "error", error_payload))
 
     def add_stall(self, text: str | None = None, *, chunk_size: int = 4) -> None:
         """Queue an answer that never finishes, to drive the client's timeout.
@@ -239,7 +292,7 @@ class ScriptedOpenAIServer:
             body = None
         if not isinstance(body, dict):
             error = {"message": "request body must be a JSON object", "type": "invalid_request_error", "code": None}
-            return _error_response(400, error)
+            return _error_response(400, {"error": error})
         self.requests.append(body)
         self.request_headers.append({name.lower(): value for name, value in request.headers.items()})
         if not self._script:
@@ -248,10 +301,11 @@ class ScriptedOpenAIServer:
                 f"ScriptedOpenAIServer script exhausted: request #{len(self.requests)} has no scripted response "
                 "(queue one with add_text / add_tool_calls / add_error / ...)"
             )
-            return _error_response(500, {"message": message, "type": "server_error", "param": None, "code": None})
+            error = {"message": message, "type": "server_error", "param": None, "code": None}
+            return _error_response(500, {"error": error})
         entry = self._script.popleft()
         if isinstance(entry, _ErrorReply):
-            return _error_response(entry.status, entry.error)
+            return _error_response(entry.status, entry.body)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(request, entry, include_usage)
@@ -265,17 +319,24 @@ class ScriptedOpenAIServer:
             return web.Response(status=503)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        chunk = _ChunkMaker()
+        chunk = _ChunkMaker(f"chatcmpl-scripted-{next(self._responses)}", self.model)
+        fields = (entry.chunk_fields if isinstance(entry, _Reply) else None) or {}
         try:
             await _send(response, chunk({"role": "assistant", "content": ""}))
             if isinstance(entry, _Reply):
                 for piece in _pieces(entry.reasoning, entry.chunk_size):
                     await _send(response, chunk({"reasoning_content": piece}))
             for piece in _pieces(entry.text, entry.chunk_size):
-                await _send(response, chunk({"content": piece}))
+                await _send(response, {**chunk({"content": piece}), **fields})
             if isinstance(entry, _BrokenStream):
                 await self._break(request, response, entry)
                 return response
+            if entry.url_citations:
+                await _send(response, chunk({"annotations": _annotations(entry)}))
+            if entry.images:
+                await _send(response, chunk({"images": _images(entry)}))
+            for delta in entry.extra_deltas:
+                await _send(response, chunk(delta))
             for index, call in enumerate(entry.tool_calls):
                 function = {"name": call.name, "arguments": ""}
                 first = {"index": index, "id": call.id, "type": "function", "function": function}
@@ -297,15 +358,15 @@ class ScriptedOpenAIServer:
             if request.transport is not None:
                 request.transport.abort()
         elif entry.ending == "error":
-            await _send(response, {"error": entry.error})
+            await response.write(f"data: {json.dumps(entry.event)}\n\n".encode())
             await response.write_eof()
         else:
             await self._stopping.wait()
 
     async def _whole(self, request: web.Request, entry: _Reply | _BrokenStream) -> web.StreamResponse:
         if isinstance(entry, _BrokenStream):
-            if entry.ending == "error" and entry.error is not None:
-                return _error_response(500, entry.error)
+            if entry.ending == "error":
+                return _error_response(500, entry.event)
             if entry.ending == "stall":
                 await self._stopping.wait()
             elif request.transport is not None:
@@ -319,11 +380,16 @@ class ScriptedOpenAIServer:
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in entry.tool_calls
             ]
+        if entry.url_citations:
+            message["annotations"] = _annotations(entry)
+        if entry.images:
+            message["images"] = _images(entry)
         completion = {
-            "id": "chatcmpl-scripted",
+            **(entry.chunk_fields or {}),
+            "id": f"chatcmpl-scripted-{next(self._responses)}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": _MODEL,
+            "model": self.model,
             "choices": [{"index": 0, "message": message, "finish_reason": entry.finish_reason}],
             "usage": _usage(entry, _messages(self.requests[-1])),
         }
@@ -333,9 +399,9 @@ class ScriptedOpenAIServer:
 class _ChunkMaker:
     """Builds ``chat.completion.chunk`` objects that share one id and timestamp, as a real stream does."""
 
-    def __init__(self) -> None:
+    def __init__(self, response_id: str, model: str) -> None:
         created = int(time.time())
-        self._base = {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": created, "model": _MODEL}
+        self._base = {"id": response_id, "object": "chat.completion.chunk", "created": created, "model": model}
 
     def __call__(self, delta: dict[str, Any], *, finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
@@ -367,5 +433,19 @@ def _usage(entry: _Reply, messages: list[Any]) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _error_response(status: int, error: dict[str, Any]) -> web.Response:
-    return web.json_response({"error": error}, status=status)
+def _annotations(entry: _Reply) -> list[dict[str, Any]]:
+    text_end = len(entry.text)
+    return [
+        {"type": "url_citation", "url_citation": {"url": url, "title": title, "start_index": 0, "end_index": text_end}}
+        for url, title in entry.url_citations
+    ]
+
+
+def _images(entry: _Reply) -> list[dict[str, Any]]:
+    return [{"type": "image_url", "image_url": {"url": url}, "index": i} for i, url in enumerate(entry.images)]
+
+
+def _error_response(status: int, body: Any) -> web.Response:
+    if isinstance(body, str):
+        return web.Response(status=status, text=body, content_type="text/plain")
+    return web.json_response(body, status=status)

@@ -33,8 +33,9 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Benchmarks: in-process harness vs a bare asyncio loop; Ray streaming, fan-out, actor memory
+bench: $(STAMP) ## Benchmarks: harness vs a bare asyncio loop; a 10,000-message history; Ray streaming, fan-out, memory
 	$(PY) scripts/bench_turn.py
+	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
 
 clean: ## Remove .venv and caches

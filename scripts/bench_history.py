@@ -19,7 +19,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -119,11 +118,13 @@ async def main(messages: int, appends: int) -> None:
         "of all of them, a turn (scripted model), one compaction, a turn once compacted."
     )
     print(
-        f"{'N':>7} {'append µs':>10} {'loaded':>7} {'load ms':>8} {'turn ms':>8} {'compact ms':>11} {'view':>5} {'turn ms after':>14}"
+        f"{'N':>7} {'append µs':>10} {'loaded':>7} {'load ms':>8} {'turn ms':>8} "
+        f"{'compact ms':>11} {'view':>5} {'turn ms after':>14}"
     )
     for row in rows:
         print(
-            f"{row['messages']:>7.0f} {row['append_us']:>10.1f} {row['loaded']:>7.0f} {row['load_ms']:>8.1f} {row['turn_ms']:>8.2f} "
+            f"{row['messages']:>7.0f} {row['append_us']:>10.1f} {row['loaded']:>7.0f} {row['load_ms']:>8.1f} "
+            f"{row['turn_ms']:>8.2f} "
             f"{row['compact_ms']:>11.1f} {row['view']:>5.0f} {row['turn_after_compaction_ms']:>14.2f}"
         )
     small, big = rows[0], rows[-1]

@@ -71,6 +71,7 @@ from .hooks import (
 from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .observability import Event
+from .overflow import default_context_overflow_classifier
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store
 from .tools import ClientToolSchema, Tool, ToolContext, tool
@@ -168,6 +169,7 @@ __all__ = [
     "__version__",
     "actor_tool",
     "agent_tool",
+    "default_context_overflow_classifier",
     "get",
     "has_tool_call",
     "init",

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from typing import Any
 
 from ..chunks import ToolUpdate, parse_chunk
+from ..compaction import create_compact_function, estimate_tokens
 from ..errors import ConfigurationError, ThinkError, TurnError
 from ..hooks import ChatErrorContext, ChatResponseResult
 from ..messages import UIMessage, WireModel
-from ..compaction import create_compact_function, estimate_tokens
 from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
 from ..session import Session

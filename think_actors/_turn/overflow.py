@@ -18,9 +18,7 @@ from .run import TurnRun
 log = logging.getLogger("think_actors")
 
 
-async def compact(
-    engine: Engine, reason: Literal["reactive", "proactive"], request_id: str | None
-) -> Any:
+async def compact(engine: Engine, reason: Literal["reactive", "proactive"], request_id: str | None) -> Any:
     """Compact the agent's history once; None when it could not be shortened (a failing compaction counts)."""
     session = engine.session
     if session is None:

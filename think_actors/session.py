@@ -162,6 +162,7 @@ class Session:
         self.compaction: Callable[..., Any] | None = None
         self._blocks: dict[str, _Block] = {}
         self._frozen: tuple[str, str] | None = None  # (hash of the base it was rendered on, prompt)
+        self._base: str | None = None  # the base of the last system_prompt call
         self._overlays: list[_Overlay] = []
         self._loaded = False
         self._lock = asyncio.Lock()
@@ -365,6 +366,7 @@ class Session:
         over the same store reuses the persisted text while ``base`` and the block layout (labels, descriptions,
         budgets, writability) are unchanged. A different ``base`` re-renders. Without blocks: ``base`` unchanged.
         """
+        self._base = base
         if not self._blocks:
             return base
         base_hash = _hash(base)
@@ -383,8 +385,18 @@ class Session:
                 return self._frozen[1]
         return await self.refresh_system_prompt(base)
 
-    async def refresh_system_prompt(self, base: str) -> str:
-        """Render ``base`` and the blocks' current text, freeze and persist it, and return it."""
+    async def refresh_system_prompt(self, base: str | None = None) -> str:
+        """Render ``base`` and the blocks' current text, freeze and persist it, and return it.
+
+        Without ``base``, the base of the last turn is used (the agent's prompt for that turn's tools); before
+        any turn, the frozen prompt is dropped and the next turn renders it.
+        """
+        if base is None:
+            if self._base is None:
+                self._frozen = None
+                await self.store.set_kv(SYSTEM_PROMPT_KEY, None)
+                return ""
+            base = self._base
         if not self._blocks:
             self._frozen = None
             await self.store.set_kv(SYSTEM_PROMPT_KEY, None)

@@ -310,3 +310,15 @@ class OrderedLead(ta.Think):
 
 class ObservedAgent(ta.Think):
     pass
+
+
+class FriendlyErrors(ta.Think):
+    """Replaces every error's message with one naming the stage; refuses turns whose body says so."""
+
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        return RuntimeError(f"friendly ({ctx.stage})")
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        if ctx.body and ctx.body.get("refuse"):
+            raise PermissionError("raw setup failure")
+        return None

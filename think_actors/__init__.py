@@ -49,10 +49,16 @@ from .hooks import (
     Allow,
     Block,
     ChatErrorContext,
+    ChatRecoveryConfig,
+    ChatRecoveryContext,
     ChatResponseResult,
     ChunkContext,
     ContextOverflowConfig,
+    Fail,
     Proactive,
+    ReconcileDecision,
+    RecoveryDecision,
+    Rerun,
     StepConfig,
     StepContext,
     StepResponse,
@@ -61,6 +67,7 @@ from .hooks import (
     ToolCall,
     ToolCallContext,
     ToolCallResultContext,
+    ToolReconcileContext,
     ToolResult,
     TurnConfig,
     TurnContext,
@@ -74,6 +81,7 @@ from .observability import Event
 from .overflow import default_context_overflow_classifier
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store
+from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
@@ -101,6 +109,8 @@ __all__ = [
     "Allow",
     "Block",
     "ChatErrorContext",
+    "ChatRecoveryConfig",
+    "ChatRecoveryContext",
     "ChatResponseResult",
     "ChatStream",
     "ChunkContext",
@@ -111,6 +121,7 @@ __all__ = [
     "DataChunk",
     "ErrorChunk",
     "Event",
+    "Fail",
     "FinishChunk",
     "FinishStepChunk",
     "InvalidAgentNameError",
@@ -127,6 +138,9 @@ __all__ = [
     "Proactive",
     "ProviderError",
     "RateLimitError",
+    "ReconcileDecision",
+    "RecoveryDecision",
+    "Rerun",
     "SQLiteStore",
     "ScriptError",
     "Session",
@@ -138,6 +152,7 @@ __all__ = [
     "StepResult",
     "Store",
     "StoreError",
+    "Submission",
     "Substitute",
     "TextDeltaChunk",
     "TextEndChunk",
@@ -157,6 +172,7 @@ __all__ = [
     "ToolOutputAvailableChunk",
     "ToolOutputErrorChunk",
     "ToolPart",
+    "ToolReconcileContext",
     "ToolRepairContext",
     "ToolResult",
     "TurnConfig",

@@ -18,16 +18,21 @@ from ._turn.queue import TurnQueue
 from .errors import ConfigurationError
 from .hooks import (
     ChatErrorContext,
+    ChatRecoveryConfig,
+    ChatRecoveryContext,
     ChatResponseResult,
     ChunkContext,
     ContextOverflowConfig,
     ErrorClassification,
+    ReconcileDecision,
+    RecoveryDecision,
     StepConfig,
     StepContext,
     StepResult,
     ToolCallContext,
     ToolCallDecision,
     ToolCallResultContext,
+    ToolReconcileContext,
     TurnConfig,
     TurnContext,
     TurnResult,
@@ -37,6 +42,7 @@ from .models import ModelClient
 from .observability import Event
 from .session import Session
 from .store import LATEST, MemoryStore, Store, agent_path, validate_agent_name
+from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
@@ -102,6 +108,7 @@ class Think:
         capability_prompt: Whether to tell the model which tools this turn offers.
         data_dir: Where SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
         context_overflow: Context-window overflow recovery (``ContextOverflowConfig``); None (the default) is off.
+        chat_recovery: How turns a crash interrupted are finished after a restart (``ChatRecoveryConfig``).
     """
 
     model: str | ModelClient | None = None
@@ -112,6 +119,7 @@ class Think:
     capability_prompt: bool = True
     data_dir: str | None = None
     context_overflow: ContextOverflowConfig | None = None
+    chat_recovery: ChatRecoveryConfig = ChatRecoveryConfig()
 
     def __init__(
         self,
@@ -241,6 +249,38 @@ class Think:
         """
         return None
 
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> RecoveryDecision | dict[str, bool] | None:
+        """Decide how a turn a crash interrupted is finished, when the agent starts again. Turn lock held.
+
+        ``ctx.kind`` is ``"continue"`` (a partial reply exists) or ``"retry"`` (the user's message is unanswered).
+        Return ``RecoveryDecision(persist=..., resume=...)`` (or ``{"persist": ..., "continue": ...}``): persist
+        False keeps only the partial's settled tool results; resume False ends the turn without a continuation.
+        None keeps both True. Raising is logged and the defaults apply.
+        """
+        return None
+
+    async def on_chat_recovery_exhausted(self, ctx: ChatRecoveryContext) -> None:
+        """Observe a turn recovery gave up on (``ctx.reason``: ``max_attempts``, ``work_budget``,
+        ``no_progress_timeout``, ``disabled``); ``on_chat_error`` then reports it (stage ``recovery``).
+        Raising is logged and ignored."""
+
+    async def reconcile_tool_call(self, ctx: ToolReconcileContext) -> ReconcileDecision | None:
+        """Decide a tool call that started before a crash and has no recorded end (it may have had its effect).
+
+        Return ``Rerun()`` to run it again, ``Substitute(output)`` to settle it with a result, or
+        ``Fail(error)`` to settle it with an error the model sees. None (the default) re-runs tools declared
+        ``idempotent=True`` and fails the others, saying their outcome is unknown — a payment tool is never
+        charged twice. Raising settles the call with an error. Turn lock held.
+        """
+        return None
+
+    async def on_submission_status(self, submission: Submission) -> None:
+        """Observe a submission's status change: accepted (``pending``), ``running``, and its final status.
+
+        Awaited before the change is reported on (``submit_messages`` returns after the ``pending`` call). The
+        turn lock may or may not be held. The return value is ignored; raising is logged and ignored.
+        """
+
     def repair_interrupted_tool_part(self, part: ToolPart) -> ToolPart | MessagePart | None:
         """Repair a tool call that has no result, before the next model request sees the transcript.
 
@@ -324,6 +364,58 @@ class Think:
         spec = self._spec("programmatic", None, continuation=True, body=body, raise_setup_errors=True)
         return await self._drain(spec)
 
+    async def submit_messages(
+        self,
+        messages: Any,
+        *,
+        submission_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Submission:
+        """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
+
+        Returns once the submission is committed to the store (``status="pending"``, ``accepted=True``); its turn
+        runs in the background through the normal turn queue, appending the messages only when it starts. A retry
+        with the same ``submission_id`` or ``idempotency_key`` returns the existing submission with
+        ``accepted=False`` and stores nothing. Never waits on the queue, so it is safe inside a turn, a tool and
+        ``on_chat_response``. Raises ConfigurationError for empty input or an id and key naming two submissions.
+        """
+        return await self._engine.submissions.submit(
+            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata
+        )
+
+    async def inspect_submission(self, submission_id: str) -> Submission | None:
+        """The submission's current state, or None when there is none."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.inspect(submission_id)
+
+    async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 100) -> list[Submission]:
+        """Submissions (of a status or statuses), oldest first; ``limit`` is clamped to 1..500."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.list_some(status, limit)
+
+    async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
+        """Abort a pending or running submission (its status becomes ``aborted``); False if it is already final."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.cancel(submission_id, reason)
+
+    async def delete_submission(self, submission_id: str) -> bool:
+        """Delete a final submission; pending and running ones are kept (False)."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.delete(submission_id)
+
+    async def delete_submissions(
+        self, status: str | Sequence[str] | None = None, *, completed_before: float | None = None, limit: int = 100
+    ) -> int:
+        """Delete final submissions (of ``status``, completed before a unix time); returns how many."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.delete_many(status, completed_before, limit)
+
+    async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
+        """Wait until the submission's status is final and return it."""
+        await self._engine.ensure_started()
+        return await self._engine.submissions.wait(submission_id, timeout_s)
+
     async def add_messages(self, messages: Any, *, parent_id: str | None = LATEST, mode: str = "append") -> None:
         """Write messages without a turn (safe inside a tool). Entries chain under ``parent_id``.
 
@@ -345,6 +437,13 @@ class Think:
             parent = message.id
         await engine.reload()
 
+    async def attach(self, request_id: str) -> AsyncIterator[Any]:
+        """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn: the
+        chunks it streamed so far, then the rest. Raises TurnError for an id with no recovered turn."""
+        await self._engine.ensure_started()
+        async for chunk in self._engine.recovery.attach(request_id):
+            yield chunk
+
     def get_messages(self) -> list[UIMessage]:
         """The active transcript (a copy): every message, whatever compaction shows the model."""
         return list(self._engine.messages)
@@ -363,11 +462,13 @@ class Think:
         self._engine.aborts.cancel_all(reason)
 
     async def clear(self) -> None:
-        """Delete the history. Queued turns are skipped; a running turn is aborted and writes nothing."""
+        """Delete the history. Queued turns and pending submissions are skipped; a running turn is aborted and
+        writes nothing."""
         engine = self._engine
         engine.queue.reset()
         engine.aborts.cancel_all("cleared")
         await engine.ensure_started()
+        await engine.submissions.skip_pending()
         await engine.store.clear_messages()
         if engine.session is not None:
             await engine.session.clear()

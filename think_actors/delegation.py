@@ -68,6 +68,12 @@ class LocalAgentHandle:
     async def observe(self, channel: str, callback: Any) -> Any:
         return self.agent.observe(channel, callback)
 
+    def __getattr__(self, name: str) -> Any:
+        # The submission APIs (submit_messages, inspect_submission, ...) are the agent's own coroutines.
+        if name.endswith(("_submission", "_submissions")) or name == "submit_messages":
+            return getattr(self.agent, name)
+        raise AttributeError(name)
+
 
 def _run_name(tool_call_id: str) -> str:
     return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")
@@ -164,7 +170,8 @@ def agent_tool(
             "agent": child.path,
         }
 
-    return Tool(tool_name, description, schema, validator=validator, executor=execute)
+    # Idempotent: a re-run re-attaches to the child's run by its id instead of running the child twice.
+    return Tool(tool_name, description, schema, validator=validator, executor=execute, idempotent=True)
 
 
 def actor_tool(

@@ -20,11 +20,17 @@ __all__ = [
     "Block",
     "ChatErrorContext",
     "ChatErrorStage",
+    "ChatRecoveryConfig",
+    "ChatRecoveryContext",
     "ChatResponseResult",
     "ChunkContext",
     "ContextOverflowConfig",
     "ErrorClassification",
+    "Fail",
     "Proactive",
+    "ReconcileDecision",
+    "RecoveryDecision",
+    "Rerun",
     "StepConfig",
     "StepContext",
     "StepResponse",
@@ -35,6 +41,7 @@ __all__ = [
     "ToolCallContext",
     "ToolCallDecision",
     "ToolCallResultContext",
+    "ToolReconcileContext",
     "ToolResult",
     "TurnConfig",
     "TurnContext",
@@ -345,3 +352,77 @@ class TurnResult:
     output: Any = field(default=None)
     usage: Usage | None = None
     cost_usd: float | None = None
+
+
+# ---------------------------------------------------------------------- durable turns: recovery after a crash
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatRecoveryConfig:
+    """How hard an agent tries to finish turns a crash interrupted (class attribute ``chat_recovery``).
+
+    ``max_attempts``: recovery attempts per turn without progress (an attempt that got further than the last
+    one resets the count). ``max_total_attempts``: the work budget, progress or not. ``no_progress_timeout_s``:
+    a turn whose last progress is older than this is not resumed. ``enabled=False`` ends interrupted turns
+    instead of resuming them (their settled tool results are still kept).
+    """
+
+    enabled: bool = True
+    max_attempts: int = 3
+    max_total_attempts: int = 10
+    no_progress_timeout_s: float = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatRecoveryContext:
+    """An interrupted turn found after a restart. ``kind`` is ``"continue"`` (a partial reply exists: resume
+    it) or ``"retry"`` (the user's message was never answered: run the turn again). ``partial`` is the reply as
+    rebuilt from the chunk log, with tool results from the effect ledger; ``attempt`` counts from 1."""
+
+    request_id: str
+    trigger: str
+    kind: Literal["continue", "retry"]
+    attempt: int
+    max_attempts: int
+    partial: UIMessage | None = None
+    submission_id: str | None = None
+    reason: str | None = None  # set on the exhaustion hook: why recovery gave up
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecoveryDecision:
+    """What ``on_chat_recovery`` may return: ``persist`` keeps the partial reply (False keeps only its settled
+    tool results), ``resume`` runs the continuation or retry (False ends the turn here)."""
+
+    persist: bool = True
+    resume: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolReconcileContext:
+    """A tool call that started before the crash and has no recorded end: it may or may not have had its effect.
+
+    ``idempotent`` is the tool's declaration; ``started_at`` when the call started (unix seconds).
+    """
+
+    request_id: str
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    idempotent: bool
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """Run the in-doubt call again (the default for idempotent tools)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Settle the in-doubt call with an error result the model sees (the default for other tools)."""
+
+    error: str
+
+
+ReconcileDecision = Rerun | Substitute | Fail

@@ -30,6 +30,7 @@ from .messages import UIMessage
 from .models import ModelInfo, ModelRequest, set_model_resolver
 from .observability import Event
 from .store import agent_path
+from .submissions import Submission
 from .tools import Tool, ToolContext
 
 __all__ = ["AgentHandle", "RuntimeConfig", "get", "init", "is_initialized", "shutdown", "spawn"]
@@ -311,6 +312,44 @@ class AgentHandle:
     async def clear(self) -> None:
         await _call(self._actor.clear.remote())
 
+    async def submit_messages(
+        self,
+        messages: Any,
+        *,
+        submission_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Submission:
+        """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
+        kwargs = {"submission_id": submission_id, "idempotency_key": idempotency_key, "metadata": metadata}
+        return await self._submission_call("submit_messages", messages, **kwargs)  # type: ignore[no-any-return]
+
+    async def inspect_submission(self, submission_id: str) -> Submission | None:
+        return await self._submission_call("inspect_submission", submission_id)  # type: ignore[no-any-return]
+
+    async def list_submissions(self, status: Any = None, limit: int = 100) -> list[Submission]:
+        return await self._submission_call("list_submissions", status, limit)  # type: ignore[no-any-return]
+
+    async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
+        return bool(await self._submission_call("cancel_submission", submission_id, reason))
+
+    async def delete_submission(self, submission_id: str) -> bool:
+        return bool(await self._submission_call("delete_submission", submission_id))
+
+    async def delete_submissions(
+        self, status: Any = None, *, completed_before: float | None = None, limit: int = 100
+    ) -> int:
+        kwargs = {"completed_before": completed_before, "limit": limit}
+        return int(await self._submission_call("delete_submissions", status, **kwargs))
+
+    async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
+        return await self._submission_call(  # type: ignore[no-any-return]
+            "wait_for_submission", submission_id, timeout_s=timeout_s
+        )
+
+    async def _submission_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await _call(self._actor.submissions.remote(method, args, kwargs))
+
     async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
         """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).
 
@@ -349,6 +388,18 @@ async def _deliver_events(generator: Any, callback: Callable[[Event], Any]) -> N
     except Exception:
         log.exception("observability callback raised; the subscription ended")
 
+
+_SUBMISSION_METHODS = frozenset(
+    {
+        "submit_messages",
+        "inspect_submission",
+        "list_submissions",
+        "cancel_submission",
+        "delete_submission",
+        "delete_submissions",
+        "wait_for_submission",
+    }
+)
 
 _CHUNK_CLASSES: tuple[type[Any], ...] = tuple(_chunk_classes())
 _CHUNK_INDEX = {cls: i for i, cls in enumerate(_CHUNK_CLASSES)}
@@ -461,6 +512,12 @@ class AgentHost:
         self.agent = agent_class(name, path=path, **options)
         self.agent._engine.runtime = _ActorRuntime(self.agent, config)
         self.path = path
+        # Start the agent as soon as the actor is up, not at the first call: after a crash and restart, what it
+        # had accepted (pending submissions, interrupted turns) must go on without anyone asking.
+        ray.get_runtime_context().current_actor.wake.remote()
+
+    async def wake(self) -> None:
+        await self.agent.load_messages()
 
     def _enter(self, caller_chain: tuple[str, ...]) -> None:
         """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees."""
@@ -513,6 +570,11 @@ class AgentHost:
 
     async def clear(self) -> None:
         await self.agent.clear()
+
+    async def submissions(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method not in _SUBMISSION_METHODS:
+            raise ConfigurationError(f"unknown submission method {method!r}")
+        return await getattr(self.agent, method)(*args, **kwargs)
 
     async def events(self, channel: str) -> AsyncIterator[list[Any]]:
         """Stream the agent's events on ``channel`` in batches; the first (empty) batch says it is subscribed."""

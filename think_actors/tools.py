@@ -105,6 +105,8 @@ class Tool:
         validator: A pydantic model validating the input (derived from ``fn``'s signature by ``@tool``).
         remote: Ray task options (``num_cpus``, ``num_gpus``, ``resources``) to run it as a task, else None.
         needs_approval: Whether a human must approve each call before it runs.
+        idempotent: Whether running a call twice has the effect of running it once. After a crash, a call that
+            started but did not finish is re-run only when its tool is idempotent (see ``reconcile_tool_call``).
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Tool:
         remote: dict[str, Any] | None = None,
         needs_approval: bool = False,
         executor: Callable[..., Any] | None = None,
+        idempotent: bool = False,
     ):
         self.name = name
         self.description = description
@@ -129,6 +132,7 @@ class Tool:
         self.remote = remote
         self.needs_approval = needs_approval
         self.executor = executor
+        self.idempotent = idempotent
         self.streaming = fn is not None and inspect.isasyncgenfunction(fn)
         self._is_method = fn is not None and next(iter(inspect.signature(fn).parameters), "") == "self"
 
@@ -261,6 +265,7 @@ def _tool_from_function(
     description: str | None,
     remote: dict[str, Any] | None,
     needs_approval: bool,
+    idempotent: bool = False,
 ) -> Tool:
     from_doc, arg_docs = _parse_docstring(fn.__doc__)
     try:
@@ -281,6 +286,7 @@ def _tool_from_function(
         context_param=context_param,
         remote=remote,
         needs_approval=needs_approval,
+        idempotent=idempotent,
     )
 
 
@@ -293,12 +299,14 @@ def tool(
     num_gpus: float | None = None,
     resources: dict[str, float] | None = None,
     needs_approval: bool = False,
+    idempotent: bool = False,
 ) -> Any:
     """Make a tool of a function or method; its docstring describes it and its signature gives the schema.
 
     Use bare (``@tool``) or with options (``@tool(num_cpus=2)``). An ``async def`` generator streams
     preliminary outputs (each yield) and its last yield is the result. Resource options run the tool as a
-    Ray task with those resources when the agent runs on Ray.
+    Ray task with those resources when the agent runs on Ray. ``idempotent=True`` lets crash recovery re-run a
+    call whose outcome is unknown (it started, and the process died before it finished).
     """
     remote = None
     if num_cpus is not None or num_gpus is not None or resources:
@@ -306,7 +314,9 @@ def tool(
         remote.setdefault("num_cpus", num_cpus or 0)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return _tool_from_function(f, name=name, description=description, remote=remote, needs_approval=needs_approval)
+        return _tool_from_function(
+            f, name=name, description=description, remote=remote, needs_approval=needs_approval, idempotent=idempotent
+        )
 
     return wrap(fn) if fn is not None else wrap
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 import think_actors as ta
 from think_actors.chunks import DataChunk
-from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta, Usage
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
 
 HOOKS_IN_ORDER = [
@@ -322,3 +322,130 @@ class FriendlyErrors(ta.Think):
         if ctx.body and ctx.body.get("refuse"):
             raise PermissionError("raw setup failure")
         return None
+
+
+# ------------------------------------------------------------------ crash recovery
+
+
+class PlanModel:
+    """A stateless model for crash tests: what it answers depends only on the request, so a restarted actor
+    asks it again and gets the same plan. Step 0: two parallel calls (``charge``, ``note``); step 1: one
+    ``lookup``; then a final text. A continuation (the ephemeral "Continue ..." message last) gets the text too."""
+
+    model_id = "plan"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        results = sum(1 for m in request.messages if m["role"] == "tool")
+        if results == 0:
+            yield ToolCallDelta(0, "call-charge", "charge", '{"amount": 42}')
+            yield ToolCallDelta(1, "call-note", "note", '{"text": "paid"}')
+            yield FinishEvent("tool_calls", Usage(input_tokens=10, output_tokens=5))
+        elif results == 2:
+            yield ToolCallDelta(0, "call-lookup", "lookup", '{"q": "receipt"}')
+            yield FinishEvent("tool_calls", Usage(input_tokens=20, output_tokens=5))
+        else:
+            for piece in ("All ", "done: ", "charged ", "42."):
+                yield TextDelta(piece)
+            yield FinishEvent("stop", Usage(input_tokens=30, output_tokens=8))
+
+
+@ray.remote(num_cpus=0)
+class CrashControl:
+    """Says once, for the configured crash point, that the agent must die there; counts tool side effects and
+    records which calls went through reconcile_tool_call (all of it outlives the agent's restarts)."""
+
+    def __init__(self, point: str | None) -> None:
+        self.point = point
+        self.hits: dict[str, int] = {}
+        self.effects: dict[str, int] = {}
+        self.reconciled: list[str] = []
+
+    async def crash_here(self, point: str) -> bool:
+        self.hits[point] = self.hits.get(point, 0) + 1
+        if point == self.point:
+            self.point = None
+            return True
+        return False
+
+    async def effect(self, call: str) -> int:
+        self.effects[call] = self.effects.get(call, 0) + 1
+        return self.effects[call]
+
+    async def reconcile(self, call: str) -> None:
+        self.reconciled.append(call)
+
+    async def report(self) -> dict[str, Any]:
+        return {"hits": self.hits, "effects": self.effects, "reconciled": self.reconciled, "pending": self.point}
+
+
+class CrashAgent(ta.Think):
+    """Dies (``os._exit``) at the crash point its CrashControl names: every hook boundary, inside each tool
+    before and after its side effect, and in the response hook."""
+
+    model = PlanModel()
+
+    def __init__(self, *args: Any, control: str, namespace: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.control_name = control
+        self.namespace = namespace
+        self.tools = (self._tool("charge", idempotent=False), self._tool("note", idempotent=True), self._lookup())
+
+    @property
+    def control(self) -> Any:
+        return ray.get_actor(self.control_name, namespace=self.namespace)
+
+    async def point(self, name: str) -> None:
+        if await self.control.crash_here.remote(name):
+            os._exit(1)
+
+    def _tool(self, name: str, *, idempotent: bool) -> ta.Tool:
+        agent = self
+
+        async def run(value: Any, context: ta.ToolContext) -> str:
+            await agent.point(f"tool:{name}:before-effect")
+            await agent.control.effect.remote(context.tool_call_id)
+            await agent.point(f"tool:{name}:after-effect")
+            return f"{name} ok"
+
+        schema = {"type": "object", "properties": {"amount": {"type": "integer"}, "text": {"type": "string"}}}
+        return ta.Tool(name, f"The {name} tool.", schema, executor=run, idempotent=idempotent)
+
+    def _lookup(self) -> ta.Tool:
+        agent = self
+
+        async def run(value: Any, context: ta.ToolContext) -> str:
+            await agent.point("tool:lookup")
+            await agent.control.effect.remote(context.tool_call_id)
+            return "receipt #7"
+
+        schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+        return ta.Tool("lookup", "Look a receipt up.", schema, executor=run, idempotent=True)
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        await self.point(f"before_turn:{ctx.trigger}")
+        return None
+
+    async def before_step(self, ctx: ta.StepContext) -> ta.StepConfig | None:
+        await self.point(f"before_step:{ctx.step_number}")
+        return None
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        if ctx.type == "text-delta" and ctx.text == "charged ":
+            await self.point("on_chunk:text")
+
+    async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+        await self.point(f"before_tool_call:{ctx.tool_name}")
+        return None
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        await self.point(f"after_tool_call:{ctx.tool_name}")
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        await self.point(f"on_step_finish:{ctx.step_number}")
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await self.point("on_chat_response")
+
+    async def reconcile_tool_call(self, ctx: ta.ToolReconcileContext) -> Any:
+        await self.control.reconcile.remote(ctx.tool_call_id)
+        return None  # the default: re-run idempotent tools, fail the others

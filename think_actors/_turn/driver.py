@@ -16,7 +16,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from .abort import AbortSignal
 from .assembly import assemble_history, system_prompt
 from .convert import ensure_continue_checkpoint
 from .engine import Engine
+from .journal import TurnJournal
 from .loop import run_steps
 from .overflow import compact
 from .run import TurnRun
@@ -61,6 +62,11 @@ class TurnSpec:
     client_tools: list[Any] = field(default_factory=list)
     raise_setup_errors: bool = False  # blocking callers get the exception; streams get an error chunk
     output: Any = None  # structured output type, unless before_turn sets one
+    submission_id: str | None = None
+    recover: Any = None  # the TurnRecord of an interrupted turn this turn recovers
+    should_apply: Callable[[], Awaitable[bool]] | None = None  # checked before the input is appended (submissions)
+    on_applied: Callable[[], Awaitable[None]] | None = None  # after the input was appended
+    on_finished: Callable[[TurnOutcome], Awaitable[None]] | None = None  # inside the slot, before the record goes
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
 
@@ -314,6 +320,17 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
     if engine.queue.generation != spec.generation:
         outcome.status = "skipped"
         return
+    if spec.recover is not None:
+        from .recovery import recover_turn  # recovery builds on this module
+
+        recovering = recover_turn(engine, spec)
+        try:
+            async for chunk in recovering:
+                yield chunk
+        finally:
+            await recovering.aclose()
+        return
+    messages: list[UIMessage] = []
     if spec.input is not None:
         try:
             messages = await _resolve_input(engine, spec.input)
@@ -324,6 +341,21 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if engine.queue.generation != spec.generation:
             outcome.status = "skipped"
             return
+        if spec.should_apply is not None and not await spec.should_apply():
+            outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
+            return
+    # The record goes in before the input: a crash after this point leaves a turn recovery can finish.
+    journal = await TurnJournal.begin(
+        engine,
+        request_id=spec.request_id,
+        trigger=spec.trigger,
+        continuation=spec.continuation,
+        input_ids=[m.id for m in messages],
+        message_id=new_id(),
+        submission_id=spec.submission_id,
+        data={"body": spec.body} if spec.body else {},
+    )
+    try:
         try:
             for message in messages:
                 await engine.append(message)
@@ -331,11 +363,38 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
             async for chunk in _fail_setup(engine, spec, err, "persist", False):
                 yield chunk
             return
-    if spec.signal.aborted:  # a pre-aborted turn keeps its input but runs no model
-        outcome.status = "aborted"
-        return
+        if messages and spec.on_applied is not None:
+            await spec.on_applied()
+        if spec.signal.aborted:  # a pre-aborted turn keeps its input but runs no model
+            outcome.status = "aborted"
+            return
+        inner = attempts(engine, spec, journal)
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:
+            await inner.aclose()  # finalize the attempt now (a closed stream still persists its partial)
+    finally:
+        # The turn ended, whatever its status: only a crash leaves its record for recovery.
+        await finish(spec, journal)
+
+
+async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
+    """End a turn durably: what depends on its outcome (a submission's status) first, then its record."""
+    if spec.on_finished is not None:
+        try:
+            await spec.on_finished(spec.outcome)
+        except Exception:
+            log.exception("recording the end of turn %s failed", spec.request_id)
+    await journal.end()
+
+
+async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> AsyncGenerator[Any, None]:
+    """The turn's model attempts: one, plus a compact-and-retry per classified context overflow."""
+    outcome = spec.outcome
     attempt = 0
     started = True
+    message_id = journal.record.message_id or new_id()
     while True:
         try:
             run = await prepare(engine, spec)
@@ -347,8 +406,8 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
             async for chunk in _fail_setup(engine, spec, err, "turn", True):
                 yield chunk
             return
-        attempt_result = _Attempt()
-        inner = _stream(engine, spec, run, attempt_result, first=started)
+        attempt_result = _Attempt(message_id=message_id)
+        inner = _stream(engine, spec, run, attempt_result, journal, first=started)
         started = False
         try:
             async for chunk in inner:
@@ -375,6 +434,8 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
             yield AbortChunk(reason=spec.signal.reason)
             return
         if shortened:
+            message_id = new_id()
+            await journal.restart(message_id)
             yield DataChunk(
                 type="data-context-compacted",
                 data={"reason": "reactive", "attempt": attempt, "discarded": attempt_result.message_id},
@@ -399,8 +460,8 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
 
 @dataclass(slots=True)
 class _Attempt:
+    message_id: str
     overflow: BaseException | None = None
-    message_id: str | None = None
 
 
 def _classifier_argument(err: ModelError) -> Any:
@@ -409,12 +470,11 @@ def _classifier_argument(err: ModelError) -> Any:
 
 
 async def _stream(
-    engine: Engine, spec: TurnSpec, run: TurnRun, attempt: _Attempt, *, first: bool
+    engine: Engine, spec: TurnSpec, run: TurnRun, attempt: _Attempt, journal: TurnJournal, *, first: bool
 ) -> AsyncGenerator[Any, None]:
     outcome = spec.outcome
     signal = spec.signal
-    acc = MessageAccumulator(new_id(), continuation=spec.continuation)
-    attempt.message_id = acc.message_id
+    acc = MessageAccumulator(attempt.message_id or new_id(), continuation=spec.continuation)
     steps = run_steps(run)
     status = "completed"
     failure: BaseException | None = None
@@ -430,6 +490,8 @@ async def _stream(
             if engine.emitted:  # chunks a hook put into the stream go out before the next chunk, in order
                 for extra in engine.take_emitted():
                     acc.apply(extra)
+                    if journal.add(extra):
+                        await journal.flush()
                     yield extra
             update = acc.apply(chunk)
             if update is not None:
@@ -437,6 +499,9 @@ async def _stream(
             if signal.aborted:
                 raise _Aborted
             finished = chunk.type == "finish"
+            # Logged before the caller sees it: what was reported survives a crash of this process.
+            if journal.add(chunk):
+                await journal.flush()
             yield chunk
             if signal.aborted and not finished:
                 raise _Aborted

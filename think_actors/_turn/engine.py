@@ -7,12 +7,13 @@ configuration attributes, never through ``Think``'s private names.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..chunks import ToolUpdate, parse_chunk
 from ..compaction import create_compact_function, estimate_tokens
@@ -27,6 +28,10 @@ from ..tools import Tool, ToolContext, class_tools
 from .abort import AbortRegistry
 from .convert import to_model_messages
 from .queue import TurnQueue
+
+if TYPE_CHECKING:
+    from .recovery import Recovery
+    from .submissions import Submissions
 
 __all__ = ["DATA_DIR_ENV", "Engine"]
 
@@ -65,6 +70,27 @@ class Engine:
         self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor
         self.observers = Observers(type(agent).__name__, agent.name, agent.path)
         self.warned_classifier = False
+        self._submissions: Submissions | None = None
+        self._recovery: Recovery | None = None
+        self._start_lock = asyncio.Lock()
+
+    @property
+    def submissions(self) -> Submissions:
+        """The submission ledger and its drain (``_turn/submissions.py``)."""
+        if self._submissions is None:
+            from .submissions import Submissions  # it builds on the driver, which builds on this module
+
+            self._submissions = Submissions(self)
+        return self._submissions
+
+    @property
+    def recovery(self) -> Recovery:
+        """Recovery of turns a crash interrupted (``_turn/recovery.py``)."""
+        if self._recovery is None:
+            from .recovery import Recovery
+
+            self._recovery = Recovery(self)
+        return self._recovery
 
     # ------------------------------------------------------------------ store and transcript
 
@@ -78,6 +104,11 @@ class Engine:
     async def ensure_started(self) -> None:
         if self.started:
             return
+        async with self._start_lock:  # concurrent first calls start the agent once
+            if not self.started:
+                await self._start()
+
+    async def _start(self) -> None:
         session = Session(self.path, self.store)
         configured = await self.agent.configure_session(session)
         self.session = configured if isinstance(configured, Session) else session
@@ -88,6 +119,11 @@ class Engine:
         await self.session.load()
         self.messages = await self.store.load_messages()
         self.started = True
+        # Interrupted turns first: a submission whose turn is being recovered stays running.
+        interrupted = {record.request_id for record in await self.store.list_turns()}
+        await self.submissions.recover(interrupted)
+        await self.recovery.start()  # queued before the drain, so recovered turns go first
+        await self.submissions.wake_if_pending()
 
     async def summarize(self, prompt: str) -> str:
         """Ask the agent's model for a summary (the shipped compaction's ``summarize``)."""

@@ -20,9 +20,14 @@ from ..chunks import (
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
 from ..tools import Tool, ToolContext, ToolInputError, _jsonable
 from .engine import Engine
+from .journal import effect_started
 
 if TYPE_CHECKING:
     from .run import TurnRun
+
+
+class _Replayed(Exception):
+    """A replayed call whose recorded outcome was an error."""
 
 
 @dataclass(slots=True)
@@ -135,6 +140,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
     started = time.perf_counter()
     output: Any = None
     error: str | None = None
+    effect: str | None = None
     ctx = ToolCallContext(
         request_id=run.request_id,
         tool_call_id=call.tool_call_id,
@@ -159,13 +165,23 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
                 messages=run.messages,
                 emit=emit,
             )
-            result = run.engine.start_tool(tool, value, context)
-            if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
-                async for item in result:
-                    output = _jsonable(item)  # as Tool.resolve does for a scalar tool's result
-                    emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
+            # The effect ledger: "started" is durable before the tool can have any effect.
+            effect, recorded = await effect_started(
+                run.engine, run.request_id, call.tool_call_id, call.tool_name, call.input
+            )
+            if recorded is not None:  # it already ran to its end: replay the result, never run it again
+                output, error = recorded.output, recorded.error
+                effect = None
+                if error is not None:
+                    raise _Replayed(error)
             else:
-                output = await Tool.resolve(result)
+                result = run.engine.start_tool(tool, value, context)
+                if tool.streaming or (hasattr(result, "__aiter__") and tool.executor is not None):
+                    async for item in result:
+                        output = _jsonable(item)  # as Tool.resolve does for a scalar tool's result
+                        emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
+                else:
+                    output = await Tool.resolve(result)
         if tool.streaming and isinstance(decision, Block | Substitute):
             # A short-circuited streaming tool still shows one preliminary result before the final one.
             emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
@@ -173,6 +189,8 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
         raise
     except Exception as err:  # a tool's failure is a result the model sees, never a crashed turn
         error = str(err) or type(err).__name__
+    if effect is not None:  # durable before the result is reported to anyone
+        await run.engine.store.finish_effect(effect, output=output if error is None else None, error=error)
     duration_ms = (time.perf_counter() - started) * 1000
     if error is None:
         emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output))

@@ -9,12 +9,24 @@ rewrite of the history.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import InvalidAgentNameError
 from ..messages import UIMessage
+from .records import EffectRecord, SubmissionRecord, TurnRecord
 
-__all__ = ["LATEST", "MemoryStore", "SQLiteStore", "Store", "agent_path", "validate_agent_name"]
+__all__ = [
+    "LATEST",
+    "EffectRecord",
+    "MemoryStore",
+    "SQLiteStore",
+    "Store",
+    "SubmissionRecord",
+    "TurnRecord",
+    "agent_path",
+    "validate_agent_name",
+]
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+=-]{0,127}")
 
@@ -81,6 +93,81 @@ class Store(Protocol):
 
     async def set_kv(self, key: str, value: Any) -> None:
         """Store a value; None deletes the key."""
+        ...
+
+    # -- submissions (reference §1.7) ------------------------------------------------------------------------
+
+    async def insert_submission(
+        self, record: SubmissionRecord, *, id_given: bool = True
+    ) -> tuple[SubmissionRecord, bool]:
+        """Insert ``record`` unless its id or idempotency key is already taken; atomic.
+
+        Returns ``(the stored record, True)`` for a new row (``seq`` assigned) or ``(the existing record,
+        False)``. Raises ``ConfigurationError`` when the caller's id and the key name two different submissions
+        (or the id's row has another non-null key); with ``id_given=False`` (the id was generated) the key's row
+        is simply returned.
+        """
+        ...
+
+    async def get_submission(self, submission_id: str) -> SubmissionRecord | None: ...
+
+    async def update_submission(
+        self, submission_id: str, *, expect_status: Sequence[str] | None = None, **fields: Any
+    ) -> bool:
+        """Set ``fields`` on the row, only while its status is in ``expect_status`` (when given); atomic.
+
+        Returns whether the row was updated (False: unknown id, or its status moved on).
+        """
+        ...
+
+    async def list_submissions(
+        self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
+    ) -> list[SubmissionRecord]:
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``."""
+        ...
+
+    async def delete_submission(self, submission_id: str) -> bool: ...
+
+    # -- turn records and the chunk log (reference §2.8, §3.7) ---------------------------------------------
+
+    async def put_turn(self, record: TurnRecord) -> None:
+        """Insert or replace the turn record of ``record.request_id``."""
+        ...
+
+    async def get_turn(self, request_id: str) -> TurnRecord | None: ...
+
+    async def list_turns(self, *, statuses: Sequence[str] | None = None) -> list[TurnRecord]:
+        """Turn records, oldest ``started_at`` first."""
+        ...
+
+    async def delete_turn(self, request_id: str) -> None:
+        """Remove the turn record, its chunk log and its effects."""
+        ...
+
+    async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
+        """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
+        ...
+
+    async def load_chunks(self, request_id: str) -> list[dict[str, Any]]: ...
+
+    # -- the effect ledger ------------------------------------------------------------------------------------
+
+    async def start_effect(self, record: EffectRecord) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+        ...
+
+    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
+        """Mark the effect ``finished`` with its output or error (durable on return)."""
+        ...
+
+    async def get_effect(self, key: str) -> EffectRecord | None: ...
+
+    async def list_effects(self, request_id: str) -> list[EffectRecord]:
+        """The request's effects in the order they started."""
+        ...
+
+    async def clear_turn_state(self) -> None:
+        """Delete every turn record, chunk log and effect (``clear()``: the conversation they belong to is gone)."""
         ...
 
     async def close(self) -> None: ...

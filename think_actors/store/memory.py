@@ -1,11 +1,14 @@
 """MemoryStore: the Store protocol in a dict, for tests and throwaway agents.
 
 It keeps the encoded bytes SQLiteStore would write, not the message objects, so a value that SQLite cannot store
-fails here too and a caller mutating a dict it passed in never changes what was stored.
+fails here too and a caller mutating a dict it passed in never changes what was stored. The durable records are
+kept as the rows SQLiteStore would write (``_codec``), each read decoding a fresh record.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +17,24 @@ from ..messages import UIMessage
 
 # store/__init__.py defines LATEST before it imports this module, so the partly initialised package has it.
 from . import LATEST
-from ._codec import decode_message, encode_message, pack, unpack
+from ._codec import (
+    check_limit,
+    decode_message,
+    effect_finish,
+    effect_record,
+    effect_row,
+    encode_message,
+    existing_submission,
+    pack,
+    status_set,
+    submission_fields,
+    submission_record,
+    submission_row,
+    turn_record,
+    turn_row,
+    unpack,
+)
+from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["MemoryStore"]
 
@@ -33,6 +53,14 @@ class MemoryStore:
         # the last key is always the latest leaf.
         self._rows: dict[str, _Row] = {}
         self._kv: dict[str, bytes] = {}
+        # Rows as SQLiteStore writes them. Dict order stands in for rowid order: a re-put turn keeps its place,
+        # as an upsert keeps its rowid.
+        self._submissions: dict[str, dict[str, Any]] = {}
+        self._submission_keys: dict[str, str] = {}
+        self._submission_seq = 0
+        self._turns: dict[str, dict[str, Any]] = {}
+        self._chunks: dict[str, list[bytes]] = {}
+        self._effects: dict[str, dict[str, Any]] = {}
         self._closed = False
 
     def _check_open(self) -> None:
@@ -109,6 +137,165 @@ class MemoryStore:
             self._kv.pop(key, None)
         else:
             self._kv[key] = pack(value)
+
+    # -- submissions -------------------------------------------------------------------------------------------
+    # No method awaits between its checks and its writes, so each is atomic on the event loop.
+
+    async def insert_submission(
+        self, record: SubmissionRecord, *, id_given: bool = True
+    ) -> tuple[SubmissionRecord, bool]:
+        """Insert ``record`` unless its id or idempotency key is already taken; atomic.
+
+        Returns ``(the stored record, True)`` for a new row (``seq`` assigned) or ``(the existing record,
+        False)``, whose payload is not compared. Raises ``ConfigurationError`` when the id and the key name two
+        different submissions (or the id's row has another non-null key).
+        """
+        self._check_open()
+        row = submission_row(record)
+        key = record.idempotency_key
+        by_key = (
+            None if key is None or key not in self._submission_keys else self._submissions[self._submission_keys[key]]
+        )
+        existing = existing_submission(record, self._submissions.get(record.submission_id), by_key, id_given=id_given)
+        if existing is not None:
+            return submission_record(existing), False
+        self._submission_seq += 1
+        row = {"seq": self._submission_seq, **row}
+        self._submissions[record.submission_id] = row
+        if key is not None:
+            self._submission_keys[key] = record.submission_id
+        return submission_record(row), True
+
+    async def get_submission(self, submission_id: str) -> SubmissionRecord | None:
+        self._check_open()
+        row = self._submissions.get(submission_id)
+        return None if row is None else submission_record(row)
+
+    async def update_submission(
+        self, submission_id: str, *, expect_status: Sequence[str] | None = None, **fields: Any
+    ) -> bool:
+        """Set ``fields`` on the row, only while its status is in ``expect_status`` (when given); atomic.
+
+        Returns whether the row was updated (False: unknown id, or its status moved on). Any SubmissionRecord
+        field but ``seq`` may be set; another name raises ``ConfigurationError``.
+        """
+        self._check_open()
+        columns = submission_fields(fields)
+        row = self._submissions.get(submission_id)
+        expected = status_set(expect_status)
+        if row is None or (expected is not None and row["status"] not in expected):
+            return False
+        if "idempotency_key" in columns:
+            old, new = row["idempotency_key"], columns["idempotency_key"]
+            if new is not None and self._submission_keys.get(new, submission_id) != submission_id:
+                raise StoreError(f"cannot set idempotency_key {new!r} on {submission_id!r}: another submission has it")
+            if old is not None:
+                del self._submission_keys[old]
+            if new is not None:
+                self._submission_keys[new] = submission_id
+        row.update(columns)
+        return True
+
+    async def list_submissions(
+        self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
+    ) -> list[SubmissionRecord]:
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``.
+
+        ``newest_first`` reverses the order; ``limit`` applies after the status filter.
+        """
+        self._check_open()
+        check_limit(limit)
+        wanted = status_set(statuses)
+        rows = [r for r in self._submissions.values() if wanted is None or r["status"] in wanted]
+        rows.sort(key=lambda r: (r["created_at"], r["seq"]), reverse=newest_first)
+        return [submission_record(r) for r in rows[:limit]]
+
+    async def delete_submission(self, submission_id: str) -> bool:
+        """Delete the row; returns whether it existed."""
+        self._check_open()
+        row = self._submissions.pop(submission_id, None)
+        if row is None:
+            return False
+        if row["idempotency_key"] is not None:
+            del self._submission_keys[row["idempotency_key"]]
+        return True
+
+    # -- turn records and the chunk log ------------------------------------------------------------------------
+
+    async def put_turn(self, record: TurnRecord) -> None:
+        """Insert or replace the turn record of ``record.request_id``."""
+        self._check_open()
+        self._turns[record.request_id] = turn_row(record)
+
+    async def get_turn(self, request_id: str) -> TurnRecord | None:
+        self._check_open()
+        row = self._turns.get(request_id)
+        return None if row is None else turn_record(row)
+
+    async def list_turns(self, *, statuses: Sequence[str] | None = None) -> list[TurnRecord]:
+        """Turn records, oldest ``started_at`` first (ties in the order they were first put)."""
+        self._check_open()
+        wanted = status_set(statuses)
+        rows = [r for r in self._turns.values() if wanted is None or r["status"] in wanted]
+        rows.sort(key=lambda r: r["started_at"])  # stable: ties keep dict order
+        return [turn_record(r) for r in rows]
+
+    async def delete_turn(self, request_id: str) -> None:
+        """Remove the turn record, its chunk log and its effects (the turn ended: nothing is left to recover)."""
+        self._check_open()
+        self._turns.pop(request_id, None)
+        self._chunks.pop(request_id, None)
+        for key in [k for k, r in self._effects.items() if r["request_id"] == request_id]:
+            del self._effects[key]
+
+    async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
+        """Append wire-form chunks to the request's chunk log, in order (none of them if one cannot be stored)."""
+        self._check_open()
+        bodies = [pack(chunk) for chunk in chunks]
+        if bodies:
+            self._chunks.setdefault(request_id, []).extend(bodies)
+
+    async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
+        """The request's chunk log, in the order appended."""
+        self._check_open()
+        return [unpack(body) for body in self._chunks.get(request_id, ())]
+
+    # -- the effect ledger -------------------------------------------------------------------------------------
+
+    async def start_effect(self, record: EffectRecord) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+        self._check_open()
+        row = effect_row(record)
+        return effect_record(self._effects.setdefault(record.key, row))
+
+    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
+        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites).
+
+        Raises ``StoreError`` for an unknown key.
+        """
+        self._check_open()
+        columns = {**effect_finish(output, error), "finished_at": time.time()}
+        row = self._effects.get(key)
+        if row is None:
+            raise StoreError(f"cannot finish effect {key!r}: it was never started")
+        row.update(columns)
+
+    async def get_effect(self, key: str) -> EffectRecord | None:
+        self._check_open()
+        row = self._effects.get(key)
+        return None if row is None else effect_record(row)
+
+    async def list_effects(self, request_id: str) -> list[EffectRecord]:
+        """The request's effects in the order they started."""
+        self._check_open()
+        return [effect_record(r) for r in self._effects.values() if r["request_id"] == request_id]
+
+    async def clear_turn_state(self) -> None:
+        """Delete every turn record, chunk log and effect; submissions and messages stay."""
+        self._check_open()
+        self._turns.clear()
+        self._chunks.clear()
+        self._effects.clear()
 
     async def close(self) -> None:
         """Refuse further use, as SQLiteStore does; closing twice is fine."""

@@ -1,4 +1,4 @@
-"""SQLiteStore: one SQLite file per agent, messages as a tree of msgpack rows.
+"""SQLiteStore: one SQLite file per agent, messages as a tree of msgpack rows, beside the durable turn records.
 
 The methods are coroutines but call sqlite3 directly on the event loop: a local write costs tens of microseconds,
 less than a hop to a thread pool would. WAL with ``synchronous=NORMAL`` means a returned write survives a crash of
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,35 @@ from ..messages import UIMessage
 
 # store/__init__.py defines LATEST before it imports this module, so the partly initialised package has it.
 from . import LATEST
-from ._codec import decode_message, encode_message, pack, unpack
+from ._codec import (
+    EFFECT_COLUMNS,
+    SUBMISSION_COLUMNS,
+    TURN_COLUMNS,
+    check_limit,
+    decode_message,
+    effect_finish,
+    effect_record,
+    effect_row,
+    encode_message,
+    existing_submission,
+    pack,
+    status_set,
+    submission_fields,
+    submission_record,
+    submission_row,
+    turn_record,
+    turn_row,
+    unpack,
+)
+from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 1
-"""Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors."""
+SCHEMA_VERSION = 2
+"""Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
+
+1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
+"""
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS messages (
@@ -36,7 +60,85 @@ _SCHEMA = (
         created_at REAL
     )""",
     "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB)",
+    # AUTOINCREMENT: seq is the FIFO tiebreak and part of the record, so it is never reused after a delete.
+    """CREATE TABLE IF NOT EXISTS submissions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        submission_id TEXT UNIQUE NOT NULL,
+        request_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        messages BLOB NOT NULL,
+        created_at REAL NOT NULL,
+        idempotency_key TEXT,
+        metadata BLOB NOT NULL,
+        error TEXT,
+        started_at REAL,
+        completed_at REAL,
+        messages_applied_at REAL
+    )""",
+    # A UNIQUE index holds any number of NULLs, so submissions without a key never collide.
+    "CREATE UNIQUE INDEX IF NOT EXISTS submissions_by_key ON submissions (idempotency_key)",
+    "CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at, seq)",
+    """CREATE TABLE IF NOT EXISTS turns (
+        request_id TEXT PRIMARY KEY,
+        "trigger" TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        continuation INTEGER NOT NULL,
+        input_ids BLOB NOT NULL,
+        message_id TEXT,
+        attempts INTEGER NOT NULL,
+        progress INTEGER NOT NULL,
+        submission_id TEXT,
+        data BLOB NOT NULL
+    )""",
+    # A plain rowid (no AUTOINCREMENT, one write less per row): a new row's seq is above every stored row's, which
+    # is all the order of a request's log needs.
+    """CREATE TABLE IF NOT EXISTS chunks (
+        seq INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL,
+        body BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS chunks_by_request ON chunks (request_id, seq)",
+    """CREATE TABLE IF NOT EXISTS effects (
+        seq INTEGER PRIMARY KEY,
+        key TEXT UNIQUE NOT NULL,
+        request_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        input BLOB NOT NULL,
+        output BLOB NOT NULL,
+        error TEXT,
+        finished_at REAL
+    )""",
+    "CREATE INDEX IF NOT EXISTS effects_by_request ON effects (request_id, seq)",
 )
+
+
+def _names(columns: Sequence[str]) -> str:
+    # Quoted: "trigger" and "key" are SQL keywords. The names are constants from _codec, never user input.
+    return ", ".join(f'"{c}"' for c in columns)
+
+
+def _insert_sql(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({_names(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def _in(values: Sequence[str]) -> str:
+    return f"({', '.join('?' * len(values))})"
+
+
+_SUBMISSION_SELECT = f"SELECT {_names(SUBMISSION_COLUMNS)} FROM submissions"
+_SUBMISSION_INSERT = _insert_sql("submissions", SUBMISSION_COLUMNS[1:])
+_TURN_SELECT = f"SELECT {_names(TURN_COLUMNS)} FROM turns"
+# ON CONFLICT DO UPDATE, not INSERT OR REPLACE: the row keeps its rowid, the tiebreak of list_turns.
+_TURN_UPSERT = _insert_sql("turns", TURN_COLUMNS) + (
+    " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
+)
+_EFFECT_SELECT = f"SELECT {_names(EFFECT_COLUMNS)} FROM effects"
+_EFFECT_INSERT = _insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
 
 # Walk up from the latest leaf. ``m.seq < p.seq`` always holds (a parent exists before its child), and saying so
 # guarantees the recursion ends even in a hand-edited file with a parent cycle.
@@ -160,6 +262,171 @@ class SQLiteStore:
                 (key, data),
             )
 
+    # -- submissions -------------------------------------------------------------------------------------------
+
+    async def insert_submission(
+        self, record: SubmissionRecord, *, id_given: bool = True
+    ) -> tuple[SubmissionRecord, bool]:
+        """Insert ``record`` unless its id or idempotency key is already taken; atomic.
+
+        Returns ``(the stored record, True)`` for a new row (``seq`` assigned) or ``(the existing record,
+        False)``, whose payload is not compared. Raises ``ConfigurationError`` when the id and the key name two
+        different submissions (or the id's row has another non-null key).
+        """
+        row = submission_row(record)
+        # IMMEDIATE: no other connection can insert the id or the key between the look-ups and the insert.
+        with self._transaction("insert submission") as conn:
+            by_id = self._submission_row(conn, "submission_id", record.submission_id)
+            by_key = (
+                None
+                if record.idempotency_key is None
+                else self._submission_row(conn, "idempotency_key", record.idempotency_key)
+            )
+            existing = existing_submission(record, by_id, by_key, id_given=id_given)
+            if existing is not None:
+                return submission_record(existing), False
+            cursor = conn.execute(_SUBMISSION_INSERT, tuple(row.values()))
+        return submission_record({"seq": cursor.lastrowid, **row}), True
+
+    async def get_submission(self, submission_id: str) -> SubmissionRecord | None:
+        with self._guard("get submission") as conn:
+            row = self._submission_row(conn, "submission_id", submission_id)
+        return None if row is None else submission_record(row)
+
+    async def update_submission(
+        self, submission_id: str, *, expect_status: Sequence[str] | None = None, **fields: Any
+    ) -> bool:
+        """Set ``fields`` on the row, only while its status is in ``expect_status`` (when given); atomic.
+
+        Returns whether the row was updated (False: unknown id, or its status moved on). Any SubmissionRecord
+        field but ``seq`` may be set; another name raises ``ConfigurationError``.
+        """
+        columns = submission_fields(fields)
+        where = "WHERE submission_id = ?"
+        params: list[Any] = [submission_id]
+        if (expected := status_set(expect_status)) is not None:
+            where += f" AND status IN {_in(expected)}"
+            params.extend(expected)
+        # One statement, so the status check and the write are one atomic step.
+        with self._guard("update submission") as conn:
+            if not columns:
+                return conn.execute(f"SELECT 1 FROM submissions {where}", params).fetchone() is not None
+            assignments = ", ".join(f'"{name}" = ?' for name in columns)
+            cursor = conn.execute(f"UPDATE submissions SET {assignments} {where}", [*columns.values(), *params])
+            return cursor.rowcount > 0
+
+    async def list_submissions(
+        self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
+    ) -> list[SubmissionRecord]:
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``.
+
+        ``newest_first`` reverses the order; ``limit`` applies after the status filter.
+        """
+        check_limit(limit)
+        sql = _SUBMISSION_SELECT
+        params: list[Any] = []
+        if (wanted := status_set(statuses)) is not None:
+            sql += f" WHERE status IN {_in(wanted)}"
+            params.extend(wanted)
+        direction = " DESC" if newest_first else ""
+        sql += f" ORDER BY created_at{direction}, seq{direction}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._guard("list submissions") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [submission_record(dict(zip(SUBMISSION_COLUMNS, row, strict=True))) for row in rows]
+
+    async def delete_submission(self, submission_id: str) -> bool:
+        """Delete the row; returns whether it existed."""
+        with self._guard("delete submission") as conn:
+            return conn.execute("DELETE FROM submissions WHERE submission_id = ?", (submission_id,)).rowcount > 0
+
+    # -- turn records and the chunk log ------------------------------------------------------------------------
+
+    async def put_turn(self, record: TurnRecord) -> None:
+        """Insert or replace the turn record of ``record.request_id``."""
+        row = turn_row(record)
+        with self._guard("put turn") as conn:
+            conn.execute(_TURN_UPSERT, tuple(row.values()))
+
+    async def get_turn(self, request_id: str) -> TurnRecord | None:
+        with self._guard("get turn") as conn:
+            row = conn.execute(f"{_TURN_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
+        return None if row is None else turn_record(dict(zip(TURN_COLUMNS, row, strict=True)))
+
+    async def list_turns(self, *, statuses: Sequence[str] | None = None) -> list[TurnRecord]:
+        """Turn records, oldest ``started_at`` first (ties in the order they were first put)."""
+        sql = _TURN_SELECT
+        params: list[Any] = []
+        if (wanted := status_set(statuses)) is not None:
+            sql += f" WHERE status IN {_in(wanted)}"
+            params.extend(wanted)
+        with self._guard("list turns") as conn:
+            rows = conn.execute(f"{sql} ORDER BY started_at, rowid", params).fetchall()
+        return [turn_record(dict(zip(TURN_COLUMNS, row, strict=True))) for row in rows]
+
+    async def delete_turn(self, request_id: str) -> None:
+        """Remove the turn record, its chunk log and its effects (the turn ended: nothing is left to recover)."""
+        with self._transaction("delete turn") as conn:
+            conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
+            conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
+            conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))
+
+    async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
+        """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
+        rows = [(request_id, pack(chunk)) for chunk in chunks]
+        # One transaction: one commit for the batch instead of one per row, and none of it if any row fails.
+        with self._transaction("append chunks") as conn:
+            conn.executemany("INSERT INTO chunks (request_id, body) VALUES (?, ?)", rows)
+
+    async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
+        """The request's chunk log, in the order appended."""
+        with self._guard("load chunks") as conn:
+            rows = conn.execute("SELECT body FROM chunks WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
+        return [unpack(body) for (body,) in rows]
+
+    # -- the effect ledger -------------------------------------------------------------------------------------
+
+    async def start_effect(self, record: EffectRecord) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+        row = effect_row(record)
+        with self._transaction("start effect") as conn:
+            if conn.execute(_EFFECT_INSERT, tuple(row.values())).rowcount > 0:
+                return effect_record(row)
+            stored = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
+        return effect_record(dict(zip(EFFECT_COLUMNS, stored, strict=True)))
+
+    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
+        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites).
+
+        Raises ``StoreError`` for an unknown key.
+        """
+        columns = {**effect_finish(output, error), "finished_at": time.time()}
+        assignments = ", ".join(f'"{name}" = ?' for name in columns)
+        with self._guard("finish effect") as conn:
+            cursor = conn.execute(f"UPDATE effects SET {assignments} WHERE key = ?", [*columns.values(), key])
+        if cursor.rowcount == 0:
+            raise StoreError(f"cannot finish effect {key!r}: it was never started")
+
+    async def get_effect(self, key: str) -> EffectRecord | None:
+        with self._guard("get effect") as conn:
+            row = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (key,)).fetchone()
+        return None if row is None else effect_record(dict(zip(EFFECT_COLUMNS, row, strict=True)))
+
+    async def list_effects(self, request_id: str) -> list[EffectRecord]:
+        """The request's effects in the order they started."""
+        with self._guard("list effects") as conn:
+            rows = conn.execute(f"{_EFFECT_SELECT} WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
+        return [effect_record(dict(zip(EFFECT_COLUMNS, row, strict=True))) for row in rows]
+
+    async def clear_turn_state(self) -> None:
+        """Delete every turn record, chunk log and effect; submissions and messages stay."""
+        with self._transaction("clear turn state") as conn:
+            conn.execute("DELETE FROM turns")
+            conn.execute("DELETE FROM chunks")
+            conn.execute("DELETE FROM effects")
+
     async def close(self) -> None:
         """Close the connection; the store refuses further use. Closing twice is fine."""
         self._closed = True
@@ -169,6 +436,11 @@ class SQLiteStore:
                 conn.close()
             except sqlite3.Error as exc:
                 raise self._error("close", exc) from exc
+
+    @staticmethod
+    def _submission_row(conn: sqlite3.Connection, column: str, value: str) -> dict[str, Any] | None:
+        row = conn.execute(f"{_SUBMISSION_SELECT} WHERE {column} = ?", (value,)).fetchone()
+        return None if row is None else dict(zip(SUBMISSION_COLUMNS, row, strict=True))
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, message: UIMessage, body: bytes, parent_id: str | None) -> bool:
@@ -257,7 +529,10 @@ class SQLiteStore:
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Create the tables in a new file; refuse a file from a newer schema rather than misread it."""
+        """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
+
+        Every version so far only adds tables and indexes, so ``_SCHEMA``'s IF NOT EXISTS statements migrate.
+        """
         # Read first without a lock: every open but the first finds the schema current and takes no write lock.
         if self._schema_version(conn) == SCHEMA_VERSION:
             return

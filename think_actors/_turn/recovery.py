@@ -1,0 +1,401 @@
+"""Recovery after a crash (reference §2.8, plus an effect ledger the reference does not have).
+
+A turn record left in the store means the process died during that turn. When the agent starts again it
+queues one recovery turn per record (same request id, so a caller can re-attach). The recovery turn rebuilds the
+partial reply from the chunk log, settles every tool call the crash left open — a call the effect ledger says
+finished gets its recorded result (never re-run); a call that started and never finished is in doubt and goes to
+``reconcile_tool_call``; a call that never started runs now — and then continues the reply (``continue``) or runs
+the unanswered user turn again (``retry``), within the budget of ``ChatRecoveryConfig``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chunks import ErrorChunk, MessageAccumulator, parse_chunk
+from ..errors import TurnError
+from ..hooks import (
+    ChatErrorContext,
+    ChatRecoveryConfig,
+    ChatRecoveryContext,
+    Fail,
+    RecoveryDecision,
+    Rerun,
+    Substitute,
+    ToolReconcileContext,
+)
+from ..messages import SETTLED_STATES, StepStartPart, ToolPart, UIMessage, new_id
+from ..store.records import TurnRecord
+from ..tools import _jsonable
+from .engine import Engine
+from .journal import TurnJournal, effect_key
+
+log = logging.getLogger("think_actors")
+
+UNKNOWN_OUTCOME = (
+    "The outcome of this tool call is unknown: the agent restarted while it ran, and it was not run again "
+    "because the tool is not declared idempotent."
+)
+MAX_KEPT_RESULTS = 100
+
+
+@dataclass(slots=True)
+class LiveTurn:
+    """A recovered turn's chunks so far, for callers that re-attach by request id."""
+
+    chunks: list[Any] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    done: bool = False
+    status: str | None = None
+
+
+class Recovery:
+    """Finds interrupted turns at start, runs their recovery turns, and lets callers re-attach to them."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.live: dict[str, LiveTurn] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def config(self) -> ChatRecoveryConfig:
+        config = getattr(self.engine.agent, "chat_recovery", None)
+        return config if isinstance(config, ChatRecoveryConfig) else ChatRecoveryConfig()
+
+    async def start(self) -> None:
+        """Queue a recovery turn for every turn record a crash left behind (oldest first)."""
+        for record in await self.engine.store.list_turns():
+            live = self.live[record.request_id] = LiveTurn()
+            task = asyncio.get_running_loop().create_task(self._drive(record, live), context=contextvars.Context())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def idle(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _drive(self, record: TurnRecord, live: LiveTurn) -> None:
+        from .driver import TurnSpec, turn_stream
+
+        engine = self.engine
+        spec = TurnSpec(
+            request_id=record.request_id,
+            trigger="recovery",
+            signal=engine.aborts.signal(record.request_id),
+            generation=engine.queue.generation,
+            continuation=True,
+            body=record.data.get("body"),
+            submission_id=record.submission_id,
+            recover=record,
+            on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
+        )
+        try:
+            async for chunk in turn_stream(engine, spec):
+                live.chunks.append(chunk)
+                live.changed.set()
+        except Exception:
+            log.exception("recovery of turn %s failed", record.request_id)
+        finally:
+            live.done = True
+            live.status = spec.outcome.status
+            live.changed.set()
+            if len(self.live) > MAX_KEPT_RESULTS:
+                for request_id in [r for r, t in self.live.items() if t.done][: len(self.live) - MAX_KEPT_RESULTS]:
+                    self.live.pop(request_id, None)
+        if record.submission_id is not None:
+            engine.submissions.wake()  # the drain goes on with what was accepted after it
+
+    async def attach(self, request_id: str) -> AsyncIterator[Any]:
+        """The chunks of a recovered turn: what it streamed so far, then the rest as it comes."""
+        live = self.live.get(request_id)
+        if live is None:
+            raise TurnError(
+                f"no recovered turn {request_id!r} to attach to: it finished long ago or was never interrupted",
+                request_id=request_id,
+            )
+        sent = 0
+        while True:
+            while sent < len(live.chunks):
+                yield live.chunks[sent]
+                sent += 1
+            if live.done:
+                return
+            live.changed.clear()
+            if sent < len(live.chunks) or live.done:
+                continue
+            await live.changed.wait()
+
+
+async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
+    """The body of a recovery turn (inside the turn slot): settle, decide, then continue or retry."""
+    from .driver import attempts, finish, prepare
+    from .tool_calls import ParsedCall, run_calls
+
+    record: TurnRecord = spec.recover
+    store = engine.store
+    agent = engine.agent
+    recovery: Recovery = engine.recovery
+    config = recovery.config()
+    outcome = spec.outcome
+    now = time.time()
+
+    chunks = await store.load_chunks(record.request_id)
+    progressed = len(chunks) > record.progress
+    if progressed:
+        record.data["progress_at"] = now
+    record.attempts = 1 if progressed else record.attempts + 1
+    record.progress = len(chunks)
+    record.data["total_attempts"] = int(record.data.get("total_attempts", 0)) + 1
+    record.status = "recovering"
+    record.updated_at = now
+    await store.put_turn(record)  # counted before any work: a crash loop spends the budget too
+    journal = TurnJournal(engine, record)
+
+    acc = MessageAccumulator(record.message_id or new_id(), continuation=record.continuation)
+    for data in chunks:
+        try:
+            acc.apply(parse_chunk(data))
+        except Exception:  # a chunk this version cannot read: the rest still rebuilds
+            log.warning("recovery of %s skipped an unreadable chunk", record.request_id)
+    partial = acc.message() if acc.has_content else None
+    kind = "continue" if partial is not None else "retry"
+    # The stream had ended and its reply was stored: the crash came after the turn's work, nothing to resume.
+    finished = (
+        bool(chunks) and chunks[-1].get("type") == "finish" and any(m.id == acc.message_id for m in engine.messages)
+    )
+    events = {
+        "requestId": record.request_id,
+        "attempt": record.attempts,
+        "maxAttempts": config.max_attempts,
+        "recoveryKind": kind,
+    }
+    if record.attempts == 1 and record.data["total_attempts"] == 1:
+        engine.publish("chat:recovery:detected", events)
+    engine.publish("chat:recovery:attempt", events)
+
+    try:
+        if finished:
+            outcome.status = "completed"
+            outcome.message = next(m for m in engine.messages if m.id == acc.message_id)
+            engine.publish("chat:recovery:completed", {**events, "reason": "already_finished"})
+            return
+        transcript_ids = {m.id for m in engine.messages}
+        if any(i not in transcript_ids for i in record.input_ids):
+            # The input never reached the history (the crash came first): there is nothing to answer.
+            engine.publish("chat:recovery:skipped", {**events, "reason": "input_not_applied"})
+            outcome.status = "skipped"
+            return
+        if partial is None and (not engine.messages or engine.messages[-1].role != "user"):
+            engine.publish("chat:recovery:skipped", {**events, "reason": "conversation_changed"})
+            outcome.status = "skipped"
+            return
+
+        reason = _exhausted(record, config, now)
+        ctx = ChatRecoveryContext(
+            request_id=record.request_id,
+            trigger=record.trigger,
+            kind=kind,  # type: ignore[arg-type]
+            attempt=record.attempts,
+            max_attempts=config.max_attempts,
+            partial=partial,
+            submission_id=record.submission_id,
+            reason=reason,
+        )
+        tools = engine.collect_tools()
+        reruns: list[ToolPart] = []
+        if partial is not None:
+            partial, reruns = await _settle(engine, record, partial, tools)
+        decision = RecoveryDecision() if reason else await _decide(agent, ctx)
+        if partial is not None:
+            kept = partial if decision.persist else _settled_only(partial)
+            if kept is not None:
+                await engine.upsert(kept)
+            partial = kept
+
+        if reason is not None or not decision.resume:
+            for part in reruns:  # nothing will run them: settle them so the transcript stays valid
+                await _apply(engine, partial, part, None, UNKNOWN_OUTCOME)
+            if reason is not None:
+                async for chunk in _exhaust(engine, spec, ctx, events, reason):
+                    yield chunk
+            else:
+                engine.publish("chat:recovery:skipped", {**events, "reason": "continue_disabled"})
+                outcome.status = "aborted"
+            return
+
+        if reruns:
+            run = await prepare(engine, spec)
+            calls = []
+            for part in reruns:
+                tool = run.tools.get(part.name)
+                call = ParsedCall(part.tool_call_id, part.name, "", input=part.input, tool=tool)
+                if tool is not None:
+                    call.validated = tool.validate_input(part.input if isinstance(part.input, dict) else {})
+                calls.append(call)
+            results: list[Any] = []
+            running = run_calls(run, [c for c in calls if c.tool is not None], results)
+            try:
+                async for chunk in running:
+                    yield chunk
+            finally:
+                await running.aclose()
+            by_id = {r.tool_call_id: r for r in results}
+            for part in reruns:
+                result = by_id.get(part.tool_call_id)
+                error = "The tool is no longer available." if result is None else result.error
+                await _apply(engine, partial, part, None if result is None else result.output, error)
+
+        spec.continuation = kind == "continue"
+        record.message_id = new_id()
+        await store.put_turn(record)
+        inner = attempts(engine, spec, journal)
+        try:
+            async for chunk in inner:
+                yield chunk
+        finally:
+            await inner.aclose()
+        if outcome.status in ("completed", "aborted"):
+            engine.publish("chat:recovery:completed", events)
+    finally:
+        await finish(spec, journal)
+
+
+def _exhausted(record: TurnRecord, config: ChatRecoveryConfig, now: float) -> str | None:
+    if not config.enabled:
+        return "disabled"
+    if record.attempts > config.max_attempts:
+        return "max_attempts"
+    if int(record.data.get("total_attempts", 0)) > config.max_total_attempts:
+        return "work_budget"
+    progress_at = float(record.data.get("progress_at", record.started_at))
+    if now - progress_at > config.no_progress_timeout_s:
+        return "no_progress_timeout"
+    return None
+
+
+async def _decide(agent: Any, ctx: ChatRecoveryContext) -> RecoveryDecision:
+    try:
+        verdict = await agent.on_chat_recovery(ctx)
+    except Exception:
+        log.exception("on_chat_recovery raised; recovering with the defaults")
+        return RecoveryDecision()
+    if isinstance(verdict, RecoveryDecision):
+        return verdict
+    if isinstance(verdict, dict):
+        return RecoveryDecision(
+            persist=bool(verdict.get("persist", True)),
+            resume=bool(verdict.get("continue", verdict.get("resume", True))),
+        )
+    return RecoveryDecision()
+
+
+async def _settle(
+    engine: Engine, record: TurnRecord, partial: UIMessage, tools: dict[str, Any]
+) -> tuple[UIMessage, list[ToolPart]]:
+    """Settle the partial's open tool calls from the effect ledger; return the message and the calls to run."""
+    parts: list[Any] = []
+    reruns: list[ToolPart] = []
+    for part in partial.parts:
+        if not isinstance(part, ToolPart) or part.state in SETTLED_STATES or part.state == "approval-responded":
+            parts.append(part)
+            continue
+        if part.state == "input-streaming":
+            continue  # its arguments never arrived whole: the model never made this call
+        effect = await engine.store.get_effect(effect_key(engine.path, record.request_id, part.tool_call_id))
+        if effect is not None and effect.status == "finished":
+            parts.append(_settled(part, effect.output, effect.error))  # replayed, never re-run
+        elif effect is not None:
+            tool = tools.get(part.name)
+            ctx = ToolReconcileContext(
+                request_id=record.request_id,
+                tool_call_id=part.tool_call_id,
+                tool_name=part.name,
+                input=part.input,
+                idempotent=bool(tool is not None and tool.idempotent),
+                started_at=effect.started_at,
+            )
+            decision = await _reconcile(engine.agent, ctx)
+            engine.publish(
+                "tool:reconciled",
+                {"requestId": record.request_id, "toolCallId": part.tool_call_id, "decision": type(decision).__name__},
+            )
+            if isinstance(decision, Rerun):
+                parts.append(part)
+                reruns.append(part)
+            elif isinstance(decision, Substitute):
+                result = _jsonable(decision.output)
+                await engine.store.finish_effect(effect.key, output=result)
+                parts.append(_settled(part, result, None))
+            else:
+                await engine.store.finish_effect(effect.key, error=decision.error)
+                parts.append(_settled(part, None, decision.error))
+        else:
+            parts.append(part)  # it never started: running it now has no effect twice
+            reruns.append(part)
+    return partial.model_copy(update={"parts": tuple(parts)}), reruns
+
+
+async def _reconcile(agent: Any, ctx: ToolReconcileContext) -> Rerun | Substitute | Fail:
+    try:
+        decision = await agent.reconcile_tool_call(ctx)
+    except Exception as err:
+        log.exception("reconcile_tool_call raised; the call gets an error result")
+        return Fail(f"{UNKNOWN_OUTCOME} (reconcile_tool_call raised: {err})")
+    if isinstance(decision, Rerun | Substitute | Fail):
+        return decision
+    return Rerun() if ctx.idempotent else Fail(UNKNOWN_OUTCOME)
+
+
+def _settled(part: ToolPart, output: Any, error: str | None) -> ToolPart:
+    if error is not None:
+        return part.model_copy(update={"state": "output-error", "error_text": error})
+    return part.model_copy(update={"state": "output-available", "output": output})
+
+
+def _settled_only(message: UIMessage) -> UIMessage | None:
+    """``persist=False``: only the settled tool results survive (they are facts, not the model's words)."""
+    parts = tuple(p for p in message.parts if isinstance(p, ToolPart) and p.state in SETTLED_STATES)
+    if not parts:
+        return None
+    return message.model_copy(update={"parts": (StepStartPart(), *parts)})
+
+
+async def _apply(engine: Engine, partial: UIMessage | None, part: ToolPart, output: Any, error: str | None) -> None:
+    """Settle one tool part of the persisted partial reply."""
+    if partial is None:
+        return
+    stored = next((m for m in reversed(engine.messages) if m.id == partial.id), None)
+    if stored is None:
+        return
+    parts = tuple(
+        _settled(p, output, error) if isinstance(p, ToolPart) and p.tool_call_id == part.tool_call_id else p
+        for p in stored.parts
+    )
+    await engine.replace(stored.model_copy(update={"parts": parts}))
+
+
+async def _exhaust(
+    engine: Engine, spec: Any, ctx: ChatRecoveryContext, events: dict[str, Any], reason: str
+) -> AsyncGenerator[Any, None]:
+    engine.publish("chat:recovery:exhausted", {**events, "reason": reason})
+    try:
+        await engine.agent.on_chat_recovery_exhausted(ctx)
+    except Exception:
+        log.exception("on_chat_recovery_exhausted raised (ignored)")
+    error = TurnError(
+        f"The turn {ctx.request_id} was interrupted and could not be recovered ({reason}).",
+        request_id=ctx.request_id,
+        stage="recovery",
+        messages_persisted=True,
+    )
+    text, _ = await engine.report_error(
+        error, ChatErrorContext(request_id=ctx.request_id, stage="recovery", messages_persisted=True)
+    )
+    spec.outcome.status = "error"
+    spec.outcome.error = text
+    yield ErrorChunk(error_text=text)

@@ -1,0 +1,306 @@
+"""Durable submissions (reference §1.7): accept into the ledger, drain FIFO through the turn queue, reconcile.
+
+Acceptance is a committed row before ``submit_messages`` returns; it never waits on the turn queue, so it works
+from inside a turn and from ``on_chat_response``. One drain task per agent takes the oldest ``pending`` row,
+claims it (``running``), and runs its turn like any other entry point: the messages are appended only when that
+turn holds the slot, and only while the row is still ``running``. The final status is written only over
+``running``, so a late completion never overwrites a cancellation or a reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..messages import new_id
+from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
+from ..submissions import Submission
+from .driver import TurnSpec, normalize_input, turn_stream
+from .engine import Engine
+
+log = logging.getLogger("think_actors")
+
+APPLIED_THEN_INTERRUPTED = "Submission was interrupted after its messages were applied; it is not replayed."
+PARTLY_APPLIED = "Submission was interrupted after its messages were (partially) applied; it is not replayed."
+SKIPPED_BY_RESET = "Submission was skipped by turn reset."
+
+
+class Submissions:
+    """The submission ledger of one agent and its drain."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._drain: asyncio.Task[None] | None = None
+        self._again = False
+        self._changed = asyncio.Condition()
+
+    # ------------------------------------------------------------------ acceptance
+
+    async def submit(
+        self,
+        messages: Any,
+        *,
+        submission_id: str | None,
+        idempotency_key: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> Submission:
+        if callable(messages):
+            raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
+        items = normalize_input(messages)
+        if not items:
+            raise ConfigurationError("submit_messages needs at least one message; nothing was stored")
+        for name, value in (("submission_id", submission_id), ("idempotency_key", idempotency_key)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigurationError(f"{name} must be a non-empty str, got {value!r}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
+        engine = self.engine
+        await engine.ensure_started()
+        sid = submission_id or new_id()
+        record = SubmissionRecord(
+            submission_id=sid,
+            request_id=sid,
+            status="pending",
+            messages=items,
+            created_at=time.time(),
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+        )
+        stored, created = await engine.store.insert_submission(record, id_given=submission_id is not None)
+        if created:
+            engine.publish(
+                "submission:create",
+                {"submissionId": sid, "requestId": sid, "idempotencyKey": idempotency_key},
+            )
+            await self._status(stored)
+        if stored.status == "pending":
+            self.wake()  # a retry of a pending row re-wakes the drain
+        return Submission.of(stored, accepted=created)
+
+    # ------------------------------------------------------------------ reading and ending
+
+    async def inspect(self, submission_id: str) -> Submission | None:
+        record = await self.engine.store.get_submission(submission_id)
+        return None if record is None else Submission.of(record)
+
+    async def list_some(self, status: str | Sequence[str] | None, limit: int) -> list[Submission]:
+        statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
+        records = await self.engine.store.list_submissions(statuses=statuses, limit=_clamp(limit))
+        return [Submission.of(r) for r in records]
+
+    async def cancel(self, submission_id: str, reason: str | None) -> bool:
+        """Abort a pending or running submission; False when it is unknown or already final."""
+        store = self.engine.store
+        text = reason or "Submission was cancelled."
+        record = await store.get_submission(submission_id)
+        if record is None or record.status in TERMINAL_SUBMISSION_STATUSES:
+            return False
+        if not await store.update_submission(
+            submission_id, expect_status=("pending", "running"), status="aborted", error=text, completed_at=time.time()
+        ):
+            return False
+        self.engine.aborts.cancel(record.request_id, text)
+        await self._status(await store.get_submission(submission_id))
+        return True
+
+    async def delete(self, submission_id: str) -> bool:
+        """Delete a final submission; False for an unknown or still active one."""
+        store = self.engine.store
+        record = await store.get_submission(submission_id)
+        if record is None or record.status not in TERMINAL_SUBMISSION_STATUSES:
+            return False
+        return await store.delete_submission(submission_id)
+
+    async def delete_many(self, status: str | Sequence[str] | None, completed_before: float | None, limit: int) -> int:
+        """Delete final submissions (of ``status``, completed before a unix time); active ones are never deleted."""
+        wanted = [status] if isinstance(status, str) else list(status) if status is not None else None
+        statuses = [s for s in (wanted or TERMINAL_SUBMISSION_STATUSES) if s in TERMINAL_SUBMISSION_STATUSES]
+        records = await self.engine.store.list_submissions(statuses=sorted(statuses))
+        deleted = 0
+        for record in records:
+            if deleted >= _clamp(limit):
+                break
+            if completed_before is not None and (record.completed_at or 0) >= completed_before:
+                continue
+            deleted += await self.delete(record.submission_id)
+        return deleted
+
+    async def wait(self, submission_id: str, timeout_s: float | None) -> Submission:
+        """Wait until the submission is final."""
+
+        async def final() -> Submission:
+            async with self._changed:
+                while True:
+                    found = await self.inspect(submission_id)
+                    if found is None:
+                        raise ConfigurationError(f"no submission {submission_id!r}")
+                    if found.done:
+                        return found
+                    await self._changed.wait()
+
+        return await asyncio.wait_for(final(), timeout_s)
+
+    async def skip_pending(self) -> None:
+        """``clear()``: every pending row is skipped; running ones are aborted by the reset itself."""
+        store = self.engine.store
+        for record in await store.list_submissions(statuses=["pending"]):
+            if await store.update_submission(
+                record.submission_id,
+                expect_status=("pending",),
+                status="skipped",
+                error=SKIPPED_BY_RESET,
+                completed_at=time.time(),
+            ):
+                await self._status(await store.get_submission(record.submission_id))
+
+    # ------------------------------------------------------------------ restart
+
+    async def recover(self, interrupted: set[str]) -> None:
+        """Reconcile the rows a crash left ``running`` (reference §1.7).
+
+        ``interrupted`` are the request ids of turns recovery will resume: their submissions stay ``running``
+        and end with the recovered turn.
+        """
+        store = self.engine.store
+        known = {m.id for m in await store.list_messages()}
+        for record in await store.list_submissions(statuses=["running"]):
+            ids = [m.id for m in record.messages]
+            if record.request_id in interrupted and any(i in known for i in ids):
+                continue
+            if record.messages_applied_at is None and not any(i in known for i in ids):
+                fields: dict[str, Any] = {"status": "pending", "started_at": None}
+            elif record.messages_applied_at is None:
+                fields = {"status": "error", "error": PARTLY_APPLIED, "completed_at": time.time()}
+            else:
+                fields = {"status": "error", "error": APPLIED_THEN_INTERRUPTED, "completed_at": time.time()}
+            if await store.update_submission(record.submission_id, expect_status=("running",), **fields):
+                await self._status(await store.get_submission(record.submission_id))
+
+    async def wake_if_pending(self) -> None:
+        if await self.engine.store.list_submissions(statuses=["pending"], limit=1):
+            self.wake()
+
+    def finisher(self, submission_id: str) -> Any:
+        """The ``on_finished`` of a submission's turn: its final status, written inside the turn slot before the
+        turn record goes, so no crash can leave a finished turn's submission ``running``."""
+
+        async def finished(outcome: Any) -> None:
+            status, error = outcome.status, outcome.error
+            store = self.engine.store
+            if await store.update_submission(
+                submission_id, expect_status=("running",), status=status, error=error, completed_at=time.time()
+            ):
+                final = await store.get_submission(submission_id)
+                if final is not None and final.status == "error":
+                    self.engine.publish(
+                        "submission:error",
+                        {"submissionId": submission_id, "requestId": final.request_id, "error": error},
+                    )
+                await self._status(final)
+
+        return finished
+
+    # ------------------------------------------------------------------ the drain
+
+    def wake(self) -> None:
+        """Make sure the drain runs (it is one task per agent; a wake while it runs makes it look again)."""
+        if self._drain is not None and not self._drain.done():
+            self._again = True
+            return
+        # A clean context: the drain's turns are nobody's nested turn, and their response hooks fire.
+        self._drain = asyncio.get_running_loop().create_task(self._run_drain(), context=contextvars.Context())
+
+    async def idle(self) -> None:
+        """Wait until the drain has nothing left to do."""
+        while self._drain is not None and not self._drain.done():
+            await asyncio.shield(self._drain)
+
+    async def _run_drain(self) -> None:
+        store = self.engine.store
+        while True:
+            self._again = False
+            pending = await store.list_submissions(statuses=["pending"], limit=1)
+            if not pending:
+                if self._again:
+                    continue
+                return
+            record = pending[0]
+            if not await store.update_submission(
+                record.submission_id, expect_status=("pending",), status="running", started_at=time.time()
+            ):
+                continue
+            claimed = await store.get_submission(record.submission_id)
+            assert claimed is not None
+            await self._status(claimed)
+            try:
+                await self._run_one(claimed)
+            except Exception:
+                log.exception("submission %s failed outside its turn", record.submission_id)
+
+    async def _run_one(self, record: SubmissionRecord) -> None:
+        engine = self.engine
+        store = engine.store
+        sid = record.submission_id
+
+        async def still_running() -> bool:
+            current = await store.get_submission(sid)
+            return current is not None and current.status == "running"
+
+        async def applied() -> None:
+            await store.update_submission(sid, expect_status=("running",), messages_applied_at=time.time())
+
+        finished = self.finisher(sid)
+
+        async def on_finished(outcome: Any) -> None:
+            if spec.signal.aborted and outcome.status == "completed":
+                outcome.status = "aborted"
+            await finished(outcome)
+
+        spec = TurnSpec(
+            request_id=record.request_id,
+            trigger="submission",
+            signal=engine.aborts.signal(record.request_id),
+            generation=engine.queue.generation,
+            input=list(record.messages),
+            submission_id=sid,
+            raise_setup_errors=True,
+            should_apply=still_running,
+            on_applied=applied,
+            on_finished=on_finished,
+        )
+        try:
+            async for _ in turn_stream(engine, spec):
+                pass
+        except Exception:  # a setup failure: already reported through on_chat_error and recorded by on_finished
+            pass
+        # A turn that ended before its record began (skipped by a reset, or nothing to apply) wrote no status:
+        # write it now (a no-op when on_finished already did, as the row is no longer running).
+        await on_finished(spec.outcome)
+
+    # ------------------------------------------------------------------ status
+
+    async def _status(self, record: SubmissionRecord | None) -> None:
+        if record is None:
+            return
+        submission = Submission.of(record)
+        self.engine.publish(
+            "submission:status",
+            {"submissionId": record.submission_id, "requestId": record.request_id, "status": record.status},
+        )
+        try:
+            await self.engine.agent.on_submission_status(submission)
+        except Exception:
+            log.exception("on_submission_status raised (ignored)")
+        async with self._changed:
+            self._changed.notify_all()
+
+
+def _clamp(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise ConfigurationError(f"limit must be an int, got {limit!r}")
+    return max(1, min(500, limit))

@@ -1,0 +1,54 @@
+"""What ``submit_messages`` and the submission APIs return: ``Submission``, a snapshot of one ledger row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .store.records import SubmissionRecord
+
+__all__ = ["Submission"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Submission:
+    """One durable submission (reference §1.7).
+
+    ``status`` is ``pending`` (accepted, waiting), ``running`` (its turn is queued or running), or a final
+    ``completed`` / ``aborted`` / ``skipped`` / ``error``. ``accepted`` is True only in the answer to the
+    ``submit_messages`` call that created the row; a retry with the same id or idempotency key gets the existing
+    row with ``accepted=False``. ``request_id`` is the id of the turn that runs it (the submission id).
+    """
+
+    submission_id: str
+    request_id: str
+    status: str
+    accepted: bool = False
+    idempotency_key: str | None = None
+    metadata: dict[str, Any] | None = None
+    error: str | None = None
+    created_at: float = 0.0
+    started_at: float | None = None
+    completed_at: float | None = None
+    message_ids: tuple[str, ...] = ()
+
+    @property
+    def done(self) -> bool:
+        """Whether the status is final."""
+        return self.status in ("completed", "aborted", "skipped", "error")
+
+    @classmethod
+    def of(cls, record: SubmissionRecord, *, accepted: bool = False) -> Submission:
+        return cls(
+            submission_id=record.submission_id,
+            request_id=record.request_id,
+            status=record.status,
+            accepted=accepted,
+            idempotency_key=record.idempotency_key,
+            metadata=record.metadata,
+            error=record.error,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            completed_at=record.completed_at,
+            message_ids=tuple(m.id for m in record.messages),
+        )

@@ -449,3 +449,6 @@ class CrashAgent(ta.Think):
     async def reconcile_tool_call(self, ctx: ta.ToolReconcileContext) -> Any:
         await self.control.reconcile.remote(ctx.tool_call_id)
         return None  # the default: re-run idempotent tools, fail the others
+
+    async def on_submission_status(self, submission: ta.Submission) -> None:
+        await self.point(f"submission:{submission.status}")

@@ -1,0 +1,126 @@
+"""Durable turns under real crashes: the agent actor dies (``os._exit``) at every hook boundary of a submission's
+turn — two steps, two parallel tool calls, a text step — and comes back from its store alone.
+
+After each crash the restarted actor finishes what it had accepted without being asked. Asserted for every crash
+point: the user's message exists once; every tool call has exactly one settled result; no call whose result was
+recorded ran twice (side effects are counted in a separate actor); calls in doubt went through
+``reconcile_tool_call``; the transcript is the uncrashed run's but for the model's continuation text and the
+in-doubt results; the submission is completed. SQLite is the store (the in-memory store does not outlive a crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from ray_agents import CrashAgent, CrashControl
+
+import think_actors as ta
+from think_actors._turn.recovery import UNKNOWN_OUTCOME
+
+CRASH_POINTS = [
+    "submission:running",
+    "before_turn:submission",
+    "before_step:0",
+    "before_tool_call:charge",
+    "before_tool_call:note",
+    "tool:charge:before-effect",
+    "tool:charge:after-effect",
+    "tool:note:before-effect",
+    "tool:note:after-effect",
+    "after_tool_call:charge",
+    "after_tool_call:note",
+    "on_step_finish:0",
+    "before_step:1",
+    "before_tool_call:lookup",
+    "tool:lookup",
+    "after_tool_call:lookup",
+    "on_step_finish:1",
+    "before_step:2",
+    "on_chunk:text",
+    "on_step_finish:2",
+    "on_chat_response",
+    "submission:completed",
+]
+CALLS = {"call-charge": "charge", "call-note": "note", "call-lookup": "lookup"}
+
+
+async def final_submission(agent: ta.AgentHandle, submission_id: str, timeout_s: float = 60) -> ta.Submission:
+    """Wait for the submission's final status through the crash and the restart."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            found = await agent.wait_for_submission(submission_id, timeout_s=5)
+            return found
+        except (ta.AgentUnavailableError, TimeoutError, asyncio.TimeoutError):
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"submission {submission_id} did not finish within {timeout_s} s")
+
+
+def tool_parts(messages: list[ta.UIMessage]) -> list[ta.ToolPart]:
+    return [p for m in messages if m.role == "assistant" for p in m.parts if isinstance(p, ta.ToolPart)]
+
+
+async def run(
+    ray_runtime: Any, name: str, point: str | None
+) -> tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]:
+    control_name = f"crash-control/{name}"
+    control = CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(
+        point
+    )
+    agent = await ta.spawn(CrashAgent, name, control=control_name, namespace=ray_runtime.namespace)
+    await agent.submit_messages("pay 42 and note it", submission_id="s1")
+    final = await final_submission(agent, "s1")
+    messages = await agent.get_messages()
+    report = await control.report.remote()
+    return final, messages, report
+
+
+_BASELINE: list[list[ta.UIMessage]] = []
+
+
+async def baseline(ray_runtime: Any) -> list[ta.UIMessage]:
+    """The uncrashed run's transcript (run once per session)."""
+    if not _BASELINE:
+        final, messages, report = await run(ray_runtime, f"crash-baseline-{time.time_ns()}", None)
+        assert final.status == "completed"
+        assert report["effects"] == {"call-charge": 1, "call-note": 1, "call-lookup": 1}
+        _BASELINE.append(messages)
+    return _BASELINE[0]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("point", CRASH_POINTS)
+async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, unique: str, point: str) -> None:
+    uncrashed = await baseline(ray_runtime)
+    final, messages, report = await run(ray_runtime, unique, point)
+
+    assert report["pending"] is None, f"the crash point {point} was never reached"
+    assert final.status == "completed", final.error
+    assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
+    parts = tool_parts(messages)
+    assert sorted(p.tool_call_id for p in parts) == sorted(CALLS)  # each call once ...
+    assert all(p.state in ("output-available", "output-error") for p in parts)  # ... and settled
+    # In doubt: started and not finished when the process died. The tool's own crash points always are; with
+    # two parallel calls, the other call may be too, depending on where it was — the ledger knew, and every
+    # such call went to reconcile_tool_call.
+    in_doubt = set(report["reconciled"])
+    assert {c for c in CALLS if point.startswith(f"tool:{CALLS[c]}:")} <= in_doubt <= set(CALLS)
+    for call in CALLS:
+        count = report["effects"].get(call, 0)
+        if call not in in_doubt:
+            assert count == 1, (call, count)  # recorded results are replayed; calls that never started ran once
+        elif CALLS[call] == "charge":
+            assert count <= 1, (call, count)  # not idempotent: never run again, so never charged twice
+        else:
+            assert count in (1, 2), (call, count)  # idempotent: run again
+    expected = {p.tool_call_id: (p.state, p.output) for p in tool_parts(uncrashed)}
+    for p in parts:
+        if p.tool_call_id in in_doubt and CALLS[p.tool_call_id] == "charge":
+            assert (p.state, p.error_text) == ("output-error", UNKNOWN_OUTCOME)
+        else:
+            assert (p.state, p.output) == expected[p.tool_call_id]
+    assistant_text = "".join(m.text for m in messages if m.role == "assistant")
+    assert assistant_text.endswith("All done: charged 42.")

@@ -54,7 +54,7 @@ async def final_submission(agent: ta.AgentHandle, submission_id: str, timeout_s:
         try:
             found = await agent.wait_for_submission(submission_id, timeout_s=5)
             return found
-        except (ta.AgentUnavailableError, TimeoutError, asyncio.TimeoutError):
+        except (ta.AgentUnavailableError, TimeoutError):
             await asyncio.sleep(0.2)
     raise AssertionError(f"submission {submission_id} did not finish within {timeout_s} s")
 

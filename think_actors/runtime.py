@@ -194,10 +194,15 @@ async def get(agent_class: type[Think], name: str) -> AgentHandle:
 
 
 class RemoteStream:
-    """Chunks of a streamed remote call, unbatched. Closing it early cancels the remote turn."""
+    """Chunks of a streamed remote call, unbatched. Closing it early cancels the remote turn.
 
-    def __init__(self, generator: Any, request_id: str | None = None):
+    When the actor dies during a turn, the error says so and names the turn: the restarted actor resumes it,
+    and ``handle.attach(request_id)`` follows the resumed turn.
+    """
+
+    def __init__(self, generator: Any, request_id: str | None = None, *, resumable: bool = False):
         self.request_id = request_id
+        self._resumable = resumable
         self._generator = generator
         self._buffer: list[Any] = []
         self._index = 0
@@ -218,7 +223,15 @@ class RemoteStream:
                 raise
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
                 self._done = True
-                raise _unwrap(err) from None
+                error = _unwrap(err)
+                if self._resumable and isinstance(error, AgentUnavailableError):
+                    raise AgentUnavailableError(
+                        f"the agent actor died during turn {self.request_id!r}; it restarts and resumes the turn "
+                        f"from its store: follow it with handle.attach({self.request_id!r}) ({err})",
+                        request_id=self.request_id,
+                        retryable=True,
+                    ) from None
+                raise error from None
             self._index = 0
         item = self._buffer[self._index]
         self._index += 1
@@ -283,6 +296,11 @@ class AgentHandle:
             {"client_tools": client_tools, "body": body, "request_id": request_id, "output": output},
             chain.CHAIN.get(),
         )
+        return RemoteStream(generator, request_id, resumable=True)
+
+    def attach(self, request_id: str) -> RemoteStream:
+        """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest."""
+        generator = self._actor.attach.options(num_returns="streaming").remote(request_id, chain.CHAIN.get())
         return RemoteStream(generator, request_id)
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
@@ -547,6 +565,11 @@ class AgentHost:
     ) -> AsyncIterator[list[Any]]:
         self._enter(caller_chain)
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
+            yield batch
+
+    async def attach(self, request_id: str, caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+        self._enter(caller_chain)
+        async for batch in _batches(self.agent.attach(request_id), self.config):
             yield batch
 
     async def save_messages(

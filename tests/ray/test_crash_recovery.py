@@ -124,3 +124,34 @@ async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, uni
             assert (p.state, p.output) == expected[p.tool_call_id]
     assistant_text = "".join(m.text for m in messages if m.role == "assistant")
     assert assistant_text.endswith("All done: charged 42.")
+
+
+@pytest.mark.timeout(120)
+async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_runtime: Any, unique: str) -> None:
+    control_name = f"crash-control/{unique}"
+    CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(
+        "before_step:1"
+    )
+    agent = await ta.spawn(CrashAgent, unique, control=control_name, namespace=ray_runtime.namespace)
+    stream = agent.chat("pay 42 and note it")
+    seen: list[Any] = []
+    with pytest.raises(ta.AgentUnavailableError) as info:
+        async for chunk in stream:
+            seen.append(chunk)
+    assert info.value.request_id == stream.request_id
+    assert info.value.retryable is True
+    assert f"handle.attach({stream.request_id!r})" in info.value.message
+
+    resumed: list[Any] = []
+    deadline = time.monotonic() + 60
+    while not resumed and time.monotonic() < deadline:
+        try:
+            resumed = await agent.attach(stream.request_id).collect()
+        except (ta.AgentUnavailableError, ta.TurnError):
+            await asyncio.sleep(0.2)  # the actor is still restarting, or its recovery has not started yet
+    types = [c.type for c in resumed]
+    assert types[-1] == "finish"
+    assert "".join(c.delta for c in resumed if c.type == "text-delta") == "All done: charged 42."
+    messages = await agent.get_messages()
+    assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
+    assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)

@@ -19,7 +19,8 @@ from .engine import Engine
 _FLUSH_NOW = frozenset(
     {"tool-input-available", "tool-input-error", "tool-output-available", "tool-output-error", "finish-step"}
 )
-FLUSH_EVERY = 32  # text and reasoning deltas go in batches of this many
+FLUSH_EVERY = 32  # text and reasoning deltas go in batches of this many ...
+FLUSH_AFTER_S = 0.05  # ... or of what arrived within this long
 
 
 def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
@@ -29,12 +30,13 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "engine", "record")
+    __slots__ = ("_buffer", "_since", "engine", "record")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
         self.record = record
         self._buffer: list[dict[str, Any]] = []
+        self._since = 0.0
 
     @classmethod
     async def begin(
@@ -70,8 +72,11 @@ class TurnJournal:
         kind = chunk.type
         if kind == "agent-tool-event" or getattr(chunk, "transient", None):
             return False  # neither is part of the message the log rebuilds
-        self._buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
-        return kind in _FLUSH_NOW or len(self._buffer) >= FLUSH_EVERY
+        buffer = self._buffer
+        if not buffer:
+            self._since = time.monotonic()
+        buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
+        return kind in _FLUSH_NOW or len(buffer) >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
 
     async def flush(self) -> None:
         if self._buffer:

@@ -86,6 +86,8 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "RateLimitError": {"provider": "anthropic", "status_code": 429, "retryable": True},
     "ModelTimeoutError": {"provider": "openai", "retryable": True},
     "ModelConnectionError": {"provider": "openai", "retryable": True},
+    "StreamStalledError": {"request_id": "r", "retryable": True},
+    "ModelServerUnavailableError": {"retryable": True},
     "ProviderError": {"provider": "openai", "status_code": 503},
     "ToolExecutionError": {"tool_name": "search", "tool_call_id": "c1", "request_id": "r"},
     "StoreError": {"request_id": "r"},
@@ -163,6 +165,8 @@ def test_error_tree_matches_the_docstring() -> None:
         errors.ProviderError,
     ):
         assert cls.__bases__ == (errors.ModelError,)
+    assert errors.StreamStalledError.__bases__ == (errors.ModelTimeoutError,)
+    assert errors.ModelServerUnavailableError.__bases__ == (errors.ModelConnectionError,)
     assert errors.AgentCycleError.__bases__ == (errors.AgentError,)
     assert errors.AgentUnavailableError.__bases__ == (errors.AgentError,)
     for cls in _error_classes():

@@ -109,6 +109,8 @@ class Think:
         data_dir: Where SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
         context_overflow: Context-window overflow recovery (``ContextOverflowConfig``); None (the default) is off.
         chat_recovery: How turns a crash interrupted are finished after a restart (``ChatRecoveryConfig``).
+        chat_stream_stall_timeout_s: The stream watchdog: a model stream silent for longer is stopped, its partial
+            reply kept, and the turn resumed by the same bounded recovery as after a crash. None (default): off.
     """
 
     model: str | ModelClient | None = None
@@ -120,6 +122,7 @@ class Think:
     data_dir: str | None = None
     context_overflow: ContextOverflowConfig | None = None
     chat_recovery: ChatRecoveryConfig = ChatRecoveryConfig()
+    chat_stream_stall_timeout_s: float | None = None
 
     def __init__(
         self,

@@ -13,7 +13,9 @@ never a provider SDK type::
     │   ├── ContextOverflowError    the prompt does not fit the model's context window
     │   ├── RateLimitError          429 / quota
     │   ├── ModelTimeoutError       the provider did not answer in time
+    │   │   └── StreamStalledError  the stream went silent past chat_stream_stall_timeout_s
     │   ├── ModelConnectionError    the connection failed or the stream was cut
+    │   │   └── ModelServerUnavailableError  the model-server actor died mid-stream
     │   └── ProviderError           any other provider answer (4xx/5xx, malformed stream)
     ├── ToolExecutionError          a tool failed where the model cannot be told (e.g. a remote tool's transport)
     ├── StoreError                  the store could not read or write
@@ -36,6 +38,7 @@ __all__ = [
     "InvalidAgentNameError",
     "ModelConnectionError",
     "ModelError",
+    "ModelServerUnavailableError",
     "ModelTimeoutError",
     "NestedTurnError",
     "NoMessagesError",
@@ -43,6 +46,7 @@ __all__ = [
     "RateLimitError",
     "ScriptError",
     "StoreError",
+    "StreamStalledError",
     "ThinkError",
     "ToolExecutionError",
     "TurnError",
@@ -138,6 +142,14 @@ class ModelTimeoutError(ModelError):
 
 class ModelConnectionError(ModelError):
     """The connection failed or the stream was cut before it finished."""
+
+
+class StreamStalledError(ModelTimeoutError):
+    """The model's stream sent nothing for longer than ``chat_stream_stall_timeout_s``; the turn is resumed."""
+
+
+class ModelServerUnavailableError(ModelConnectionError):
+    """The model-server actor serving the stream died; the turn is resumed by recovery."""
 
 
 class ProviderError(ModelError):

@@ -158,7 +158,8 @@ class TurnConfig:
     structured output (the validated object is ``TurnResult.output``; a final answer that does not validate
     makes the turn's status ``error`` with the reason in ``TurnResult.error``); ``repair_tool_call`` is
     ``async (ctx: ToolRepairContext) -> dict | None``, called for an unknown tool or invalid input and
-    returning repaired input (re-validated) or None to keep the error.
+    returning repaired input (re-validated) or None to keep the error. ``chat_stream_stall_timeout_s`` overrides
+    the agent's stall watchdog for this turn (0 turns it off).
     """
 
     model: str | ModelClient | None = None
@@ -186,6 +187,7 @@ class TurnConfig:
     provider_options: dict[str, Any] | None = None
     repair_tool_call: Callable[[Any], Awaitable[Any]] | None = None
     context_overflow: ContextOverflowConfig | None = None
+    chat_stream_stall_timeout_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,7 +24,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from ._turn import chain
 from .agent import Think, kebab_case
 from .chunks import chunk_classes as _chunk_classes
-from .errors import AgentCycleError, AgentUnavailableError, ConfigurationError
+from .errors import AgentCycleError, AgentUnavailableError, ConfigurationError, ModelServerUnavailableError
 from .hooks import TurnResult
 from .messages import UIMessage
 from .models import ModelInfo, ModelRequest, set_model_resolver
@@ -697,8 +697,14 @@ class _PooledModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
         try:
-            async for event in remote:
-                yield event
+            try:
+                async for event in remote:
+                    yield event
+            except AgentUnavailableError as err:
+                # The model server died, not the provider: a retryable project error; the agent resumes the turn.
+                raise ModelServerUnavailableError(
+                    f"the model-server actor died mid-stream: {err.message}", retryable=True
+                ) from None
         finally:
             await remote.aclose()
 

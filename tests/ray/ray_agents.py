@@ -452,3 +452,14 @@ class CrashAgent(ta.Think):
 
     async def on_submission_status(self, submission: ta.Submission) -> None:
         await self.point(f"submission:{submission.status}")
+
+
+@ray.remote(num_cpus=0)
+class SubmittingClient:
+    """Another actor that submits to an agent through its handle."""
+
+    async def submit(self, agent: Any, key: str, times: int) -> list[bool]:
+        results = await asyncio.gather(
+            *(agent.submit_messages(f"report from {os.getpid()}", idempotency_key=key) for _ in range(times))
+        )
+        return [r.accepted for r in results]

@@ -47,16 +47,21 @@ CRASH_POINTS = [
 CALLS = {"call-charge": "charge", "call-note": "note", "call-lookup": "lookup"}
 
 
-async def final_submission(agent: ta.AgentHandle, submission_id: str, timeout_s: float = 60) -> ta.Submission:
-    """Wait for the submission's final status through the crash and the restart."""
+async def through_restarts(call: Any, timeout_s: float = 60) -> Any:
+    """``await call()``, again while the actor is dead or restarting (the crash may come just after a reply)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            found = await agent.wait_for_submission(submission_id, timeout_s=5)
-            return found
+            return await call()
         except (ta.AgentUnavailableError, TimeoutError):
             await asyncio.sleep(0.2)
-    raise AssertionError(f"submission {submission_id} did not finish within {timeout_s} s")
+    raise AssertionError(f"no answer through the restarts within {timeout_s} s")
+
+
+async def final_submission(agent: ta.AgentHandle, submission_id: str) -> ta.Submission:
+    """Wait for the submission's final status through the crash and the restart."""
+    result: ta.Submission = await through_restarts(lambda: agent.wait_for_submission(submission_id, timeout_s=5))
+    return result
 
 
 def tool_parts(messages: list[ta.UIMessage]) -> list[ta.ToolPart]:
@@ -73,7 +78,7 @@ async def run(
     agent = await ta.spawn(CrashAgent, name, control=control_name, namespace=ray_runtime.namespace)
     await agent.submit_messages("pay 42 and note it", submission_id="s1")
     final = await final_submission(agent, "s1")
-    messages = await agent.get_messages()
+    messages = await through_restarts(agent.get_messages)
     report = await control.report.remote()
     return final, messages, report
 
@@ -152,6 +157,6 @@ async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_
     types = [c.type for c in resumed]
     assert types[-1] == "finish"
     assert "".join(c.delta for c in resumed if c.type == "text-delta") == "All done: charged 42."
-    messages = await agent.get_messages()
+    messages = await through_restarts(agent.get_messages)
     assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
     assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)

@@ -68,8 +68,10 @@ class AbortRegistry:
         for signal in list(self._signals.values()):
             signal.abort(reason)
 
-    def remove(self, request_id: str) -> None:
-        self._signals.pop(request_id, None)
+    def remove(self, request_id: str, signal: AbortSignal | None = None) -> None:
+        """Forget ``request_id`` (only while it is still ``signal``: a resumed turn may reuse the id)."""
+        if signal is None or self._signals.get(request_id) is signal:
+            self._signals.pop(request_id, None)
 
     def __len__(self) -> int:
         return len(self._signals)

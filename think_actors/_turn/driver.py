@@ -23,7 +23,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..chunks import AbortChunk, DataChunk, ErrorChunk, MessageAccumulator, StartChunk
-from ..errors import ConfigurationError, ModelError, NoMessagesError, TurnError
+from ..errors import (
+    ConfigurationError,
+    ModelError,
+    ModelServerUnavailableError,
+    NoMessagesError,
+    StreamStalledError,
+    TurnError,
+)
 from ..hooks import ChatErrorContext, ChatErrorStage, ChatResponseResult, TurnConfig, TurnContext
 from ..messages import ToolPart, UIMessage, new_id, user_message
 from ..models import Usage
@@ -212,6 +219,11 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         tool_call_ids={p.tool_call_id for m in repaired for p in m.parts if isinstance(p, ToolPart)},
         context_overflow=cfg.context_overflow if cfg.context_overflow is not None else agent.context_overflow,
         baseline=len(messages),
+        stall_timeout_s=(
+            cfg.chat_stream_stall_timeout_s
+            if cfg.chat_stream_stall_timeout_s is not None
+            else agent.chat_stream_stall_timeout_s
+        ),
     )
 
 
@@ -264,7 +276,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                 if outcome.message is not None:
                     await _compact_between_turns(engine, spec.request_id)
         finally:
-            engine.aborts.remove(spec.request_id)
+            engine.aborts.remove(spec.request_id, spec.signal)
     except _SetupFailed as failed:
         raise failed.raised from None
     finally:
@@ -380,7 +392,13 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
 
 
 async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
-    """End a turn durably: what depends on its outcome (a submission's status) first, then its record."""
+    """End a turn durably: what depends on its outcome (a submission's status) first, then its record.
+
+    A turn stopped to be resumed keeps its record and goes to recovery, which finishes it (and its submission).
+    """
+    if journal.resume:
+        journal.engine.recovery.schedule(journal.record)
+        return
     if spec.on_finished is not None:
         try:
             await spec.on_finished(spec.outcome)
@@ -414,6 +432,9 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
                 yield chunk
         finally:
             await inner.aclose()
+        if attempt_result.resume:
+            journal.resume = True
+            return
         overflow = attempt_result.overflow
         if overflow is None:
             return
@@ -462,6 +483,8 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
 class _Attempt:
     message_id: str
     overflow: BaseException | None = None
+    resume: bool = False  # stopped to be resumed (a stalled stream, a dead model server)
+    stopped: str = ""
 
 
 def _classifier_argument(err: ModelError) -> Any:
@@ -486,7 +509,26 @@ async def _stream(
         acc.apply(start)
         if first:  # a retried attempt continues the stream its caller already reads
             yield start
-        async for chunk in steps:
+        stall_s = run.stall_timeout_s
+        while True:
+            try:
+                if stall_s:
+                    # The watchdog, on the gap between chunks (tool time included, as in the reference): the clock
+                    # restarts with every chunk, so a slow but steady stream never fires it.
+                    async with asyncio.timeout(stall_s):
+                        chunk = await steps.__anext__()
+                else:
+                    chunk = await steps.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if signal.aborted:
+                    raise _Aborted from None
+                raise StreamStalledError(
+                    f"the chat stream sent nothing for {stall_s} s (chat_stream_stall_timeout_s)",
+                    request_id=spec.request_id,
+                    retryable=True,
+                ) from None
             if engine.emitted:  # chunks a hook put into the stream go out before the next chunk, in order
                 for extra in engine.take_emitted():
                     acc.apply(extra)
@@ -522,6 +564,18 @@ async def _stream(
     finally:
         await steps.aclose()
 
+    if isinstance(failure, StreamStalledError | ModelServerUnavailableError) and not signal.aborted:
+        # Stopped, not failed: the partial is kept and the same bounded recovery as after a crash resumes it.
+        if isinstance(failure, StreamStalledError):
+            engine.publish(
+                "chat:stream:stalled",
+                {"requestId": spec.request_id, "timeoutMs": round((run.stall_timeout_s or 0) * 1000)},
+            )
+        await journal.flush()
+        attempt.resume = True
+        attempt.stopped = str(failure)
+        status, failure = "aborted", None
+        signal.reason = f"{attempt.stopped}; the turn is resumed as {spec.request_id!r} (attach to follow it)"
     if (
         isinstance(failure, ModelError)
         and run.context_overflow is not None
@@ -567,7 +621,8 @@ async def _stream(
     outcome.usage = run.usage
     outcome.cost_usd = run.cost_usd
     # The seed: a turn that fails before any part of the reply exists is handled by on_chat_error alone.
-    if current and (status != "error" or persisted):
+    # A turn being resumed fires no response hook now: its continuation does.
+    if current and (status != "error" or persisted) and not attempt.resume:
         spec.response = ChatResponseResult(
             request_id=spec.request_id,
             message=message,

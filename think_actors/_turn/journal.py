@@ -30,11 +30,12 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_since", "engine", "record")
+    __slots__ = ("_buffer", "_since", "engine", "record", "resume")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
         self.record = record
+        self.resume = False  # the turn stopped to be resumed: its record stays for recovery
         self._buffer: list[dict[str, Any]] = []
         self._since = 0.0
 

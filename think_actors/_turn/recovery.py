@@ -43,6 +43,7 @@ UNKNOWN_OUTCOME = (
     "because the tool is not declared idempotent."
 )
 MAX_KEPT_RESULTS = 100
+_NOT_PROGRESS = frozenset({"start", "start-step", "finish-step", "finish"})
 
 
 @dataclass(slots=True)
@@ -70,10 +71,14 @@ class Recovery:
     async def start(self) -> None:
         """Queue a recovery turn for every turn record a crash left behind (oldest first)."""
         for record in await self.engine.store.list_turns():
-            live = self.live[record.request_id] = LiveTurn()
-            task = asyncio.get_running_loop().create_task(self._drive(record, live), context=contextvars.Context())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.schedule(record)
+
+    def schedule(self, record: TurnRecord) -> None:
+        """Queue the recovery turn of ``record`` (after a crash, a stalled stream or a dead model server)."""
+        live = self.live[record.request_id] = LiveTurn()
+        task = asyncio.get_running_loop().create_task(self._drive(record, live), context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def idle(self) -> None:
         while self._tasks:
@@ -145,11 +150,13 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
     now = time.time()
 
     chunks = await store.load_chunks(record.request_id)
-    progressed = len(chunks) > record.progress
+    # Progress is content: a stream that opened and went silent again did not get further.
+    content = sum(1 for c in chunks if c.get("type") not in _NOT_PROGRESS)
+    progressed = content > record.progress
     if progressed:
         record.data["progress_at"] = now
     record.attempts = 1 if progressed else record.attempts + 1
-    record.progress = len(chunks)
+    record.progress = content
     record.data["total_attempts"] = int(record.data.get("total_attempts", 0)) + 1
     record.status = "recovering"
     record.updated_at = now
@@ -163,7 +170,9 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
         except Exception:  # a chunk this version cannot read: the rest still rebuilds
             log.warning("recovery of %s skipped an unreadable chunk", record.request_id)
     partial = acc.message() if acc.has_content else None
-    kind = "continue" if partial is not None else "retry"
+    # A continuation that was itself interrupted before saying anything continues the reply stored before it.
+    resumes_stored = record.continuation and bool(engine.messages) and engine.messages[-1].role == "assistant"
+    kind = "continue" if partial is not None or resumes_stored else "retry"
     # The stream had ended and its reply was stored: the crash came after the turn's work, nothing to resume.
     finished = (
         bool(chunks) and chunks[-1].get("type") == "finish" and any(m.id == acc.message_id for m in engine.messages)
@@ -190,7 +199,7 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             engine.publish("chat:recovery:skipped", {**events, "reason": "input_not_applied"})
             outcome.status = "skipped"
             return
-        if partial is None and (not engine.messages or engine.messages[-1].role != "user"):
+        if kind == "retry" and (not engine.messages or engine.messages[-1].role != "user"):
             engine.publish("chat:recovery:skipped", {**events, "reason": "conversation_changed"})
             outcome.status = "skipped"
             return
@@ -251,15 +260,18 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
                 await _apply(engine, partial, part, None if result is None else result.output, error)
 
         spec.continuation = kind == "continue"
-        record.message_id = new_id()
-        await store.put_turn(record)
+        # The partial is stored as a message now: the continuation's log starts empty, and any chunk it logs
+        # counts as progress for the budget.
+        record.progress = 0
+        record.continuation = spec.continuation
+        await journal.restart(new_id())
         inner = attempts(engine, spec, journal)
         try:
             async for chunk in inner:
                 yield chunk
         finally:
             await inner.aclose()
-        if outcome.status in ("completed", "aborted"):
+        if outcome.status == "completed" and not journal.resume:
             engine.publish("chat:recovery:completed", events)
     finally:
         await finish(spec, journal)

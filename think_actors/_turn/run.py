@@ -41,6 +41,7 @@ class TurnRun:
     baseline: int = 0  # how many of ``messages`` are history (the rest are this turn's steps)
     compactions: int = 0  # proactive compaction attempts in this turn
     context_window: int | None = None  # the model's input limit once looked up (0: unknown)
+    stall_timeout_s: float | None = None  # the stream watchdog (None or 0: off)
     steps: list[StepResult] = field(default_factory=list)
     step_number: int = 0
     finish_reason: str | None = None

@@ -5,6 +5,9 @@ Both sides consume the same ScriptedModel stream and call the same tool; the har
 folds chunks into the message and persists to SQLite. Turns of N=200 and N=1000 chunks give the marginal
 cost per chunk (the slope) and the fixed cost per turn (the intercept).
 
+A third row runs the harness with the durable-turn ledger switched off (no turn record, chunk log or effect
+ledger), so the ledger's own cost per turn and per chunk is measured side by side.
+
 Usage: python scripts/bench_turn.py [--turns 200]
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import statistics
@@ -25,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import think_actors as ta
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta
+from think_actors._turn import driver, journal, tool_calls
+from think_actors.store import TurnRecord
 from think_actors.testing import ScriptedModel, text, tool_call
 
 SMALL, LARGE = 200, 1000
@@ -71,6 +77,39 @@ async def harness_turn(agent: BenchAgent, model: ScriptedModel) -> str:
     return result.message.text if result.message else ""
 
 
+class _NoJournal(journal.TurnJournal):
+    """The journal with nothing written: what a turn costs without the durable-turn ledger."""
+
+    @classmethod
+    async def begin(cls, engine: Any, **fields: Any) -> journal.TurnJournal:
+        record = TurnRecord(request_id=fields["request_id"], trigger="", status="", started_at=0, updated_at=0)
+        record.message_id = fields["message_id"]
+        return cls(engine, record)
+
+    def add(self, chunk: Any) -> bool:
+        return False
+
+    async def flush(self) -> None:
+        pass
+
+    async def end(self) -> None:
+        pass
+
+
+async def _no_effect(*args: Any) -> tuple[None, None]:
+    return None, None
+
+
+@contextlib.contextmanager
+def ledger_off() -> Any:
+    saved = driver.TurnJournal, tool_calls.effect_started
+    driver.TurnJournal, tool_calls.effect_started = _NoJournal, _no_effect  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        driver.TurnJournal, tool_calls.effect_started = saved  # type: ignore[misc]
+
+
 async def measure(kind: str, chunks: int, turns: int, data_dir: str) -> float:
     """Median seconds per turn."""
     times = []
@@ -80,13 +119,14 @@ async def measure(kind: str, chunks: int, turns: int, data_dir: str) -> float:
         agent.model = model
         gc.disable()
         start = time.perf_counter()
-        out = await (floor_turn(model) if kind == "floor" else harness_turn(agent, model))
+        with ledger_off() if kind == "no-ledger" else contextlib.nullcontext():
+            out = await (floor_turn(model) if kind == "floor" else harness_turn(agent, model))
         elapsed = time.perf_counter() - start
         gc.enable()
         assert len(out) == 4 * chunks
         if i >= 10:  # warm-up turns excluded
             times.append(elapsed)
-        if kind == "harness" and i % 50 == 49:
+        if kind != "floor" and i % 50 == 49:
             await agent.clear()  # keep the transcript (and so the request size) bounded
     await agent.close()
     return statistics.median(times)
@@ -98,12 +138,12 @@ async def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         results = {}
-        for kind in ("floor", "harness"):
+        for kind in ("floor", "no-ledger", "harness"):
             for chunks in (SMALL, LARGE):
                 results[kind, chunks] = await measure(kind, chunks, args.turns, data_dir)
     print(f"in-process turn, tool call + N text chunks of 4 chars, median of {args.turns} turns, SQLite store")
     rows = {}
-    for kind in ("floor", "harness"):
+    for kind in ("floor", "no-ledger", "harness"):
         per_chunk = (results[kind, LARGE] - results[kind, SMALL]) / (LARGE - SMALL)
         fixed = results[kind, SMALL] - SMALL * per_chunk
         rows[kind] = (per_chunk, fixed)
@@ -116,6 +156,10 @@ async def main() -> None:
     print(
         f"  harness cost over the floor: {chunk_cost * 1e6:.2f} µs per chunk (target ≤ 7), "
         f"{turn_cost * 1e3:.3f} ms per turn (target ≤ 3)"
+    )
+    print(
+        f"  the durable-turn ledger's share: {(rows['harness'][0] - rows['no-ledger'][0]) * 1e6:.2f} µs per chunk, "
+        f"{(rows['harness'][1] - rows['no-ledger'][1]) * 1e3:.3f} ms per turn"
     )
     print(
         f"  ratios harness/floor: per chunk {rows['harness'][0] / rows['floor'][0]:.1f}x, "

@@ -21,6 +21,7 @@ _FLUSH_NOW = frozenset(
 )
 FLUSH_EVERY = 32  # text and reasoning deltas go in batches of this many ...
 FLUSH_AFTER_S = 0.05  # ... or of what arrived within this long
+_DELTAS = frozenset({"text-delta", "reasoning-delta"})
 
 
 def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
@@ -30,13 +31,14 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_since", "engine", "record", "resume")
+    __slots__ = ("_buffer", "_count", "_since", "engine", "record", "resume")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
         self.record = record
         self.resume = False  # the turn stopped to be resumed: its record stays for recovery
         self._buffer: list[dict[str, Any]] = []
+        self._count = 0  # chunks since the last flush (merged deltas count one each)
         self._since = 0.0
 
     @classmethod
@@ -71,15 +73,27 @@ class TurnJournal:
     def add(self, chunk: Any) -> bool:
         """Buffer a chunk of the stream; True when the buffer must be flushed before the chunk goes out."""
         kind = chunk.type
-        if kind == "agent-tool-event" or getattr(chunk, "transient", None):
-            return False  # neither is part of the message the log rebuilds
         buffer = self._buffer
-        if not buffer:
-            self._since = time.monotonic()
-        buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
-        return kind in _FLUSH_NOW or len(buffer) >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
+        if kind in _DELTAS:
+            # The hot path: consecutive deltas of one part are logged as one (the rebuilt message is the same).
+            last = buffer[-1] if buffer else None
+            if last is not None and last["type"] == kind and last["id"] == chunk.id:
+                last["delta"] += chunk.delta
+            else:
+                if last is None:
+                    self._since = time.monotonic()
+                buffer.append({"type": kind, "id": chunk.id, "delta": chunk.delta})
+        elif kind == "agent-tool-event" or (kind.startswith("data-") and chunk.transient):
+            return False  # neither is part of the message the log rebuilds
+        else:
+            if not buffer:
+                self._since = time.monotonic()
+            buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
+        self._count += 1
+        return kind in _FLUSH_NOW or self._count >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
 
     async def flush(self) -> None:
+        self._count = 0
         if self._buffer:
             batch, self._buffer = self._buffer, []
             await self.engine.store.append_chunks(self.record.request_id, batch)

@@ -28,8 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import think_actors as ta
-from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta
 from think_actors._turn import driver, journal, tool_calls
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta
 from think_actors.store import TurnRecord
 from think_actors.testing import ScriptedModel, text, tool_call
 

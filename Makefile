@@ -33,10 +33,11 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Benchmarks: harness vs a bare asyncio loop; a 10,000-message history; Ray streaming, fan-out, memory
+bench: $(STAMP) ## Benchmarks: harness vs a bare loop; 10,000-message history; Ray streaming, fan-out, memory; crash recovery
 	$(PY) scripts/bench_turn.py
 	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
+	$(PY) scripts/bench_recovery.py
 
 clean: ## Remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -88,3 +89,76 @@ class BareActor:
     async def stream(self, items: int) -> AsyncIterator[list[int]]:
         for _ in range(items):
             yield [0]
+
+
+# ------------------------------------------------------------------ scripts/bench_recovery.py
+
+
+class _WorkThenAnswer:
+    """Stateless: a tool call first, then 50 text chunks (a restarted actor gets the same answers)."""
+
+    model_id = "work-then-answer"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        from think_actors.models import ToolCallDelta
+
+        if not any(m["role"] == "tool" for m in request.messages):
+            yield ToolCallDelta(0, "call-work", "work", "{}")
+            yield FinishEvent("tool_calls", Usage())
+            return
+        for _ in range(50):
+            yield TextDelta("word ")
+        yield FinishEvent("stop", Usage())
+
+
+@ray.remote(num_cpus=0)
+class RecoveryClock:
+    """Outlives the agent: when it crashed, when its actor came back, when the resumed turn's first chunk came."""
+
+    def __init__(self) -> None:
+        self.crashed: float | None = None
+        self.crashed_pid = 0
+        self.restarted: float | None = None
+        self.resumed: float | None = None
+
+    async def crash(self, pid: int) -> bool:
+        if self.crashed is not None:
+            return False
+        self.crashed, self.crashed_pid = time.time(), pid
+        return True
+
+    async def restart(self, at: float, pid: int) -> None:
+        # The first process's constructor call may arrive late: only another process is a restart.
+        if self.restarted is None and pid != self.crashed_pid and self.crashed is not None:
+            self.restarted = at
+
+    async def resume(self, at: float) -> None:
+        if self.crashed is not None and self.resumed is None:
+            self.resumed = at
+
+    async def times(self) -> tuple[float | None, float | None, float | None]:
+        return self.crashed, self.restarted, self.resumed
+
+
+class RecoveringAgent(ta.Think):
+    """Dies before its second step once; the restarted actor resumes the turn from its store."""
+
+    model = _WorkThenAnswer()
+
+    def __init__(self, *args: Any, clock: str, namespace: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.clock = ray.get_actor(clock, namespace=namespace)
+        self.clock.restart.remote(time.time(), os.getpid())
+
+        async def work(value: Any, context: ta.ToolContext) -> str:
+            return "worked"
+
+        self.tools = (ta.Tool("work", "Do the work.", {"type": "object", "properties": {}}, executor=work),)
+
+    async def before_step(self, ctx: ta.StepContext) -> None:
+        if ctx.step_number == 1 and await self.clock.crash.remote(os.getpid()):
+            os._exit(1)
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        if ctx.type == "text-delta":
+            await self.clock.resume.remote(time.time())

@@ -1,0 +1,60 @@
+"""Crash recovery time on local Ray: an agent actor dies (os._exit) in the middle of a submission's turn; how long
+until the restarted actor streams the first chunk of the resumed turn (median of N crashes).
+
+Split into Ray's part (crash -> the agent's constructor runs again in the new actor process) and the harness's
+part (constructor -> first chunk of the resumed turn: store open, reconciliation, the recovery turn up to its
+model's first token). The cost the ledger adds to an uncrashed turn is measured by scripts/bench_turn.py.
+
+Usage: python scripts/bench_recovery.py [--crashes 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_agents import RecoveringAgent, RecoveryClock
+
+import think_actors as ta
+
+
+async def one(i: int, namespace: str) -> tuple[float, float, float]:
+    clock_name = f"bench-clock-{i}-{time.time_ns()}"
+    clock = RecoveryClock.options(name=clock_name, namespace=namespace).remote()
+    agent = await ta.spawn(RecoveringAgent, f"recovering-{i}-{time.time_ns()}", clock=clock_name, namespace=namespace)
+    await agent.submit_messages("do the work", submission_id="s")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        crashed, restarted, resumed = await clock.times.remote()
+        if crashed and restarted and resumed:
+            return resumed - crashed, restarted - crashed, resumed - restarted
+        await asyncio.sleep(0.05)
+    raise RuntimeError("the turn was not resumed within 60 s")
+
+
+async def main(crashes: int) -> None:
+    with tempfile.TemporaryDirectory() as data_dir:
+        config = ta.init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
+        try:
+            rows = [await one(i, config.namespace) for i in range(crashes)]
+        finally:
+            ta.shutdown()
+    total, ray_part, harness = (statistics.median(column) for column in zip(*rows, strict=True))
+    print(f"Crash recovery on local Ray, median of {crashes} crashes (os._exit before the turn's second step)")
+    print(f"  crash -> first chunk of the resumed turn   {total * 1000:8.1f} ms")
+    print(f"    crash -> actor back (Ray restart)        {ray_part * 1000:8.1f} ms")
+    print(f"    actor back -> first chunk (think_actors) {harness * 1000:8.1f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--crashes", type=int, default=10)
+    asyncio.run(main(parser.parse_args().crashes))

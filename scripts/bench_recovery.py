@@ -17,19 +17,21 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_agents import RecoveringAgent, RecoveryClock
 
-import think_actors as ta
+from think_actors.runtime import init, shutdown, spawn
 
 
 async def one(i: int, namespace: str) -> tuple[float, float, float]:
     clock_name = f"bench-clock-{i}-{time.time_ns()}"
-    clock = RecoveryClock.options(name=clock_name, namespace=namespace).remote()
-    agent = await ta.spawn(RecoveringAgent, f"recovering-{i}-{time.time_ns()}", clock=clock_name, namespace=namespace)
+    clock_class: Any = RecoveryClock
+    clock: Any = clock_class.options(name=clock_name, namespace=namespace).remote()
+    agent = await spawn(RecoveringAgent, f"recovering-{i}-{time.time_ns()}", clock=clock_name, namespace=namespace)
     await agent.submit_messages("do the work", submission_id="s")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -42,11 +44,11 @@ async def one(i: int, namespace: str) -> tuple[float, float, float]:
 
 async def main(crashes: int) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
-        config = ta.init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
+        config = init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
         try:
             rows = [await one(i, config.namespace) for i in range(crashes)]
         finally:
-            ta.shutdown()
+            shutdown()
     total, ray_part, harness = (statistics.median(column) for column in zip(*rows, strict=True))
     print(f"Crash recovery on local Ray, median of {crashes} crashes (os._exit before the turn's second step)")
     print(f"  crash -> first chunk of the resumed turn   {total * 1000:8.1f} ms")

@@ -102,12 +102,14 @@ async def _no_effect(*args: Any) -> tuple[None, None]:
 
 @contextlib.contextmanager
 def ledger_off() -> Any:
-    saved = driver.TurnJournal, tool_calls.effect_started
-    driver.TurnJournal, tool_calls.effect_started = _NoJournal, _no_effect  # type: ignore[misc,assignment]
+    saved = getattr(driver, "TurnJournal"), getattr(tool_calls, "effect_started")  # noqa: B009
+    setattr(driver, "TurnJournal", _NoJournal)  # noqa: B010
+    setattr(tool_calls, "effect_started", _no_effect)  # noqa: B010
     try:
         yield
     finally:
-        driver.TurnJournal, tool_calls.effect_started = saved  # type: ignore[misc]
+        setattr(driver, "TurnJournal", saved[0])  # noqa: B010
+        setattr(tool_calls, "effect_started", saved[1])  # noqa: B010
 
 
 async def measure(kind: str, chunks: int, turns: int, data_dir: str) -> float:

@@ -463,3 +463,29 @@ class SubmittingClient:
             *(agent.submit_messages(f"report from {os.getpid()}", idempotency_key=key) for _ in range(times))
         )
         return [r.accepted for r in results]
+
+
+class SlowHelper(ta.Think):
+    """A child that takes a while, so its parent can die while it works."""
+
+    model = ScriptedModel([step(delay(1.5), text("helper answer"))])
+
+
+class _AskTheHelper:
+    """Stateless lead model: call the helper (fixed call id), then answer with what it said."""
+
+    model_id = "ask-the-helper"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        results = [m["content"] for m in request.messages if m["role"] == "tool"]
+        if not results:
+            yield ToolCallDelta(0, "call-helper", "slow_helper", '{"input": "help"}')
+            yield FinishEvent("tool_calls", Usage())
+        else:
+            yield TextDelta(f"lead done: {results[-1]}")
+            yield FinishEvent("stop", Usage())
+
+
+class ReattachLead(ta.Think):
+    model = _AskTheHelper()
+    tools = (ta.agent_tool(SlowHelper, description="Ask the helper", name="slow_helper"),)

@@ -160,3 +160,34 @@ async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_
     messages = await through_restarts(agent.get_messages)
     assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
     assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)
+
+
+@pytest.mark.timeout(120)
+async def test_a_restarted_parent_reattaches_to_its_running_child_instead_of_running_it_twice(
+    ray_runtime: Any, unique: str
+) -> None:
+    from ray_agents import ReattachLead, SlowHelper, handle_at
+
+    lead = await ta.spawn(ReattachLead, unique)
+    await lead.submit_messages("ask the helper", submission_id="s1")
+    child = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # until the child's run has begun (its user message is stored)
+        try:
+            child = child or handle_at(f"{lead.path}/slow-helper/run-call-helper", SlowHelper)
+            if await child.get_messages():
+                break
+        except ValueError:  # not created yet
+            pass
+        await asyncio.sleep(0.05)
+    assert child is not None
+    await lead.kill(restart=True)  # the parent dies while its agent tool waits for the child
+
+    final = await final_submission(lead, "s1")
+    assert final.status == "completed", final.error
+    child_messages = await child.get_messages()
+    assert [(m.role, m.text) for m in child_messages] == [("user", "help"), ("assistant", "helper answer")]  # once
+    messages = await through_restarts(lead.get_messages)
+    [call] = tool_parts(messages)
+    assert (call.tool_call_id, call.state, call.output) == ("call-helper", "output-available", "helper answer")
+    assert messages[-1].text == "lead done: helper answer"

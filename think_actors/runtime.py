@@ -681,6 +681,9 @@ class ModelServer:
         return await self.client.count_tokens(model, messages)
 
 
+_SERVER_RESTART_S = 15.0  # how long a request waits for a restarting model server before it fails
+
+
 class _PooledModel:
     """A ModelClient that streams from a model-server actor on this node."""
 
@@ -695,18 +698,27 @@ class _PooledModel:
         return server
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
-        try:
+        deadline = time.monotonic() + _SERVER_RESTART_S
+        while True:
+            remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
+            started = False
             try:
-                async for event in remote:
-                    yield event
-            except AgentUnavailableError as err:
-                # The model server died, not the provider: a retryable project error; the agent resumes the turn.
-                raise ModelServerUnavailableError(
-                    f"the model-server actor died mid-stream: {err.message}", retryable=True
-                ) from None
-        finally:
-            await remote.aclose()
+                try:
+                    async for event in remote:
+                        started = True
+                        yield event
+                    return
+                except AgentUnavailableError as err:
+                    if not started and time.monotonic() < deadline:
+                        # Nothing was streamed yet, so asking again is safe: the server is restarting.
+                        await asyncio.sleep(0.2)
+                        continue
+                    # The model server died, not the provider: a retryable project error; the turn is resumed.
+                    raise ModelServerUnavailableError(
+                        f"the model-server actor died mid-stream: {err.message}", retryable=True
+                    ) from None
+            finally:
+                await remote.aclose()
 
     async def model_info(self, model: str) -> ModelInfo | None:
         """The model's limits and prices from a model server, remembered per model id in this process."""
@@ -737,6 +749,7 @@ class _PoolResolver:
                     namespace=self.config.namespace,
                     get_if_exists=True,
                     lifetime="detached",
+                    max_restarts=-1,  # a dead server comes back; the turn it was serving is resumed by recovery
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
                 ).remote(self.config)
                 for i in range(max(1, self.config.model_pool_size))

@@ -99,3 +99,28 @@ async def test_litellm_runs_in_the_model_server_pool_never_in_the_agent(ray_runt
         assert "maximum context length" in (result.error or "")
         server.assert_complete()
         assert [r["messages"][-1]["content"] for r in server.requests] == ["hi", "too long", "still too long"]
+
+
+async def test_a_model_server_that_dies_mid_stream_fails_retryably_and_the_turn_resumes(
+    ray_runtime: Any, unique: str
+) -> None:
+    import ray
+
+    async with ScriptedOpenAIServer() as server:
+        server.add_stall("partial ans")  # streams, then goes silent: the model server dies meanwhile
+        server.add_text("wer, resumed")  # what the resumed turn's request gets
+        agent = await ta.spawn(ServerBacked, unique, model="openai/scripted", api_base=server.base_url)
+        stream = agent.chat("hi")
+        seen = []
+        async for chunk in stream:
+            seen.append(chunk)
+            if chunk.type == "text-delta" and len([c for c in seen if c.type == "text-delta"]) == 1:
+                node = ray.get_runtime_context().get_node_id()
+                server_actor = ray.get_actor(f"think_actors/model-server/{node}/0", namespace=ray_runtime.namespace)
+                ray.kill(server_actor, no_restart=False)
+        assert seen[-1].type == "abort"
+        assert "model-server actor died" in (seen[-1].reason or "")
+        resumed = await agent.attach(stream.request_id).collect()
+        assert resumed[-1].type == "finish"
+        texts = [m.text for m in await agent.get_messages()]
+        assert texts[0] == "hi" and texts[-1] == "wer, resumed"

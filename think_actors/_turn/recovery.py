@@ -54,6 +54,7 @@ class LiveTurn:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     done: bool = False
     status: str | None = None
+    attempts: int = 0  # recovery turns scheduled and not yet ended (a stalled one schedules the next)
 
 
 class Recovery:
@@ -75,7 +76,10 @@ class Recovery:
 
     def schedule(self, record: TurnRecord) -> None:
         """Queue the recovery turn of ``record`` (after a crash, a stalled stream or a dead model server)."""
-        live = self.live[record.request_id] = LiveTurn()
+        live = self.live.get(record.request_id)
+        if live is None or live.done:  # a turn resumed again keeps one stream for the callers that follow it
+            live = self.live[record.request_id] = LiveTurn()
+        live.attempts += 1
         task = asyncio.get_running_loop().create_task(self._drive(record, live), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -106,8 +110,9 @@ class Recovery:
         except Exception:
             log.exception("recovery of turn %s failed", record.request_id)
         finally:
-            live.done = True
+            live.attempts -= 1
             live.status = spec.outcome.status
+            live.done = live.attempts == 0
             live.changed.set()
             if len(self.live) > MAX_KEPT_RESULTS:
                 for request_id in [r for r, t in self.live.items() if t.done][: len(self.live) - MAX_KEPT_RESULTS]:

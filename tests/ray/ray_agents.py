@@ -354,16 +354,21 @@ class CrashControl:
     """Says once, for the configured crash point, that the agent must die there; counts tool side effects and
     records which calls went through reconcile_tool_call (all of it outlives the agent's restarts)."""
 
-    def __init__(self, point: str | None) -> None:
-        self.point = point
+    def __init__(self, point: str | list[str] | None) -> None:
+        self.points = [point] if isinstance(point, str) else list(point or [])
         self.hits: dict[str, int] = {}
         self.effects: dict[str, int] = {}
         self.reconciled: list[str] = []
 
+    @property
+    def point(self) -> str | None:
+        return self.points[0] if self.points else None
+
     async def crash_here(self, point: str) -> bool:
+        """True (once) when ``point`` is the next crash point: several points mean several crashes in turn."""
         self.hits[point] = self.hits.get(point, 0) + 1
-        if point == self.point:
-            self.point = None
+        if self.points and point == self.points[0]:
+            self.points.pop(0)
             return True
         return False
 

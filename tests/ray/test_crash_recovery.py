@@ -191,3 +191,17 @@ async def test_a_restarted_parent_reattaches_to_its_running_child_instead_of_run
     [call] = tool_parts(messages)
     assert (call.tool_call_id, call.state, call.output) == ("call-helper", "output-available", "helper answer")
     assert messages[-1].text == "lead done: helper answer"
+
+
+@pytest.mark.timeout(120)
+async def test_repeated_crashes_in_one_turn_never_roll_back_settled_work(ray_runtime: Any, unique: str) -> None:
+    # Three crashes in one turn (restart churn): each restart goes on from what the last one settled.
+    final, messages, report = await run(
+        ray_runtime, unique, ["after_tool_call:charge", "on_step_finish:1", "on_chunk:text"]
+    )
+    assert report["pending"] is None
+    assert final.status == "completed", final.error
+    assert report["effects"] == {"call-charge": 1, "call-note": 1, "call-lookup": 1}  # nothing ran twice
+    assert report["reconciled"] == []  # every crash came after its calls' results were recorded
+    assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
+    assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)

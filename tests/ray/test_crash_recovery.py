@@ -69,7 +69,7 @@ def tool_parts(messages: list[ta.UIMessage]) -> list[ta.ToolPart]:
 
 
 async def run(
-    ray_runtime: Any, name: str, point: str | None
+    ray_runtime: Any, name: str, point: str | list[str] | None
 ) -> tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]:
     control_name = f"crash-control/{name}"
     control = CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(

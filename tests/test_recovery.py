@@ -282,3 +282,24 @@ async def test_a_running_submission_is_completed_by_its_recovered_turn() -> None
     final = await restarted.wait_for_submission(sub.submission_id, timeout_s=WAIT_S)
     assert final.status == "completed"
     assert texts(restarted) == [("user", "nightly job"), ("assistant", "partial"), ("assistant", " done")]
+
+
+async def test_a_turn_without_progress_for_too_long_is_not_resumed() -> None:
+    effects = Effects()
+    store = await crash(ScriptedModel([PARTIAL]), "on_step_finish:0", effects)
+    [record] = await store.list_turns()
+    record.started_at -= 7200  # its last progress was two hours ago
+    record.progress = 10**6
+    await store.put_turn(record)
+    agent = await restart(store, ScriptedModel(), effects)
+    assert agent.exhausted[0].reason == "no_progress_timeout"
+
+
+async def test_the_work_budget_bounds_recovery_even_when_attempts_make_progress() -> None:
+    effects = Effects()
+    store = await crash(ScriptedModel([PARTIAL]), "on_step_finish:0", effects)
+    [record] = await store.list_turns()
+    record.data["total_attempts"] = 10  # ten attempts already, each of which got further
+    await store.put_turn(record)
+    agent = await restart(store, ScriptedModel(), effects)
+    assert agent.exhausted[0].reason == "work_budget"

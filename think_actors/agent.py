@@ -473,6 +473,7 @@ class Think:
         await engine.ensure_started()
         await engine.submissions.skip_pending()
         await engine.store.clear_messages()
+        await engine.store.clear_turn_state()
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []

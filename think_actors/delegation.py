@@ -68,11 +68,24 @@ class LocalAgentHandle:
     async def observe(self, channel: str, callback: Any) -> Any:
         return self.agent.observe(channel, callback)
 
-    def __getattr__(self, name: str) -> Any:
-        # The submission APIs (submit_messages, inspect_submission, ...) are the agent's own coroutines.
-        if name.endswith(("_submission", "_submissions")) or name == "submit_messages":
-            return getattr(self.agent, name)
-        raise AttributeError(name)
+    async def submit_messages(self, messages: Any, **options: Any) -> Any:
+        return await self.agent.submit_messages(messages, **options)
+
+    async def inspect_submission(self, submission_id: str) -> Any:
+        return await self.agent.inspect_submission(submission_id)
+
+    async def list_submissions(self, status: Any = None, limit: int = 100) -> Any:
+        return await self.agent.list_submissions(status, limit)
+
+    async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
+        return bool(await self.agent.cancel_submission(submission_id, reason))
+
+    async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Any:
+        return await self.agent.wait_for_submission(submission_id, timeout_s=timeout_s)
+
+    def attach(self, request_id: str) -> AsyncIterator[Any]:
+        result: AsyncIterator[Any] = self.agent.attach(request_id)
+        return result
 
 
 def _run_name(tool_call_id: str) -> str:

@@ -167,8 +167,11 @@ class Submissions:
         and end with the recovered turn.
         """
         store = self.engine.store
+        running = await store.list_submissions(statuses=["running"])
+        if not running:  # the common start: nothing to reconcile, so no reading of the whole tree
+            return
         known = {m.id for m in await store.list_messages()}
-        for record in await store.list_submissions(statuses=["running"]):
+        for record in running:
             ids = [m.id for m in record.messages]
             if record.request_id in interrupted and any(i in known for i in ids):
                 continue

@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat requirements/lock.txt pyproject.toml | s
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: help install demo test lint typecheck bench clean
+.PHONY: help install demo serve test lint typecheck bench clean
 
 help: ## Show the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -22,6 +22,9 @@ install: $(STAMP) ## Create .venv and install the hash-pinned lock (requirements
 
 demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt-4o-mini" for a real one)
 	$(PY) -m agents.demo $(ARGS)
+
+serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="--app mymodule --port 8787 --local")
+	$(VENV)/bin/think-actors serve $(ARGS)
 
 test: $(STAMP) ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)

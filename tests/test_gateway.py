@@ -1,0 +1,304 @@
+"""The WebSocket gateway over real sockets on 127.0.0.1 (aiohttp's test server): the cf_agent_* frames of a chat,
+broadcast to every socket of an agent, cancel, clear, bad frames, tokens, and the CLI's refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+import think_actors as ta
+from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.gateway.cli import agent_classes, check_binding
+from think_actors.testing import ScriptedModel, delay, error, step, text
+
+WAIT_S = 5
+
+
+class Helper(ta.Think):
+    instructions = "You help."
+
+
+class Friendly(ta.Think):
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        return RuntimeError("Something went wrong. Please try again.")
+
+
+def request(request_id: str, *messages: dict[str, Any], **extra: Any) -> str:
+    body = {"messages": list(messages), "trigger": "submit-message", **extra}
+    return json.dumps(
+        {"type": "cf_agent_use_chat_request", "id": request_id, "init": {"method": "POST", "body": json.dumps(body)}}
+    )
+
+
+def user(text_: str, id: str) -> dict[str, Any]:
+    return {"id": id, "role": "user", "parts": [{"type": "text", "text": text_}]}
+
+
+async def frames_until_done(ws: Any, request_id: str) -> list[dict[str, Any]]:
+    """Frames up to this request's ``done`` frame, then the transcript broadcast that follows it."""
+    seen: list[dict[str, Any]] = []
+    while True:
+        frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+        seen.append(frame)
+        if frame["type"] == "cf_agent_use_chat_response" and frame["id"] == request_id and frame["done"]:
+            seen.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
+            return seen
+
+
+def chunks(frames: list[dict[str, Any]]) -> list[str]:
+    return [
+        json.loads(f["body"])["type"]
+        for f in frames
+        if f["type"] == "cf_agent_use_chat_response" and f["body"] and not f.get("error")
+    ]
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Any]:
+    clients: list[TestClient] = []
+
+    async def make(cls: type[ta.Think] = Helper, model: ScriptedModel | None = None, **options: Any) -> TestClient:
+        directory = LocalDirectory([Helper, Friendly], model=model or ScriptedModel(), store=ta.MemoryStore())
+        gw = Gateway(directory, **options)
+        client = TestClient(TestServer(gw.app()))
+        await client.start_server()
+        client.gateway = gw  # type: ignore[attr-defined]
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+async def test_a_chat_request_streams_the_reply_as_chunk_frames_then_done_then_the_transcript(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("Hello there", chunk_size=5)]))
+    ws = await client.ws_connect("/agents/helper/c1")
+    hello = json.loads((await ws.receive()).data)
+    assert hello == {"type": "cf_agent_chat_messages", "messages": []}
+
+    await ws.send_str(request("req-1", user("hi", "u1")))
+    frames = await frames_until_done(ws, "req-1")
+
+    assert chunks(frames) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
+    assert all(f["id"] == "req-1" and f["done"] is False for f in frames[:-2])
+    assert frames[-2] == {"type": "cf_agent_use_chat_response", "id": "req-1", "body": "", "done": True}
+    assert frames[-1]["type"] == "cf_agent_chat_messages"
+    assert [(m["role"], m["parts"][-1]["text"]) for m in frames[-1]["messages"]] == [
+        ("user", "hi"),
+        ("assistant", "Hello there"),
+    ]
+    messages = await (await client.get("/agents/helper/c1/get-messages")).json()
+    assert [m["id"] for m in messages] == ["u1", frames[0]["body"] and json.loads(frames[0]["body"])["messageId"]]
+    await ws.close()
+
+
+async def test_every_socket_of_an_agent_sees_the_stream_and_the_stored_messages(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("for both")]))
+    sender = await client.ws_connect("/agents/helper/shared")
+    watcher = await client.ws_connect("/agents/helper/shared")
+    await sender.receive()
+    await watcher.receive()
+
+    await sender.send_str(request("r", user("hi", "u1")))
+    stored = json.loads((await asyncio.wait_for(watcher.receive(), WAIT_S)).data)  # the new message, before the turn
+    assert stored["type"] == "cf_agent_chat_messages" and [m["id"] for m in stored["messages"]] == ["u1"]
+    seen_by_watcher = await frames_until_done(watcher, "r")
+    seen_by_sender = await frames_until_done(sender, "r")
+    assert chunks(seen_by_watcher) == chunks(seen_by_sender)
+    assert "text-delta" in chunks(seen_by_watcher)
+
+
+async def test_on_chat_error_decides_the_error_frame(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([error(ta.ProviderError("raw 500 from the provider"))]))
+    ws = await client.ws_connect("/agents/friendly/e1")
+    await ws.receive()
+    await ws.send_str(request("r", user("hi", "u1")))
+    frames = await frames_until_done(ws, "r")
+    errors = [f for f in frames if f.get("error")]
+    assert errors == [
+        {
+            "type": "cf_agent_use_chat_response",
+            "id": "r",
+            "body": "Something went wrong. Please try again.",
+            "done": False,
+            "error": True,
+        }
+    ]
+    assert "raw 500" not in json.dumps(frames)
+
+
+async def test_cancel_aborts_the_running_turn(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([step(text("partial"), delay(5), text("never"))]))
+    ws = await client.ws_connect("/agents/helper/x")
+    await ws.receive()
+    await ws.send_str(request("r", user("long", "u1")))
+    while True:
+        frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+        if (
+            frame["type"] == "cf_agent_use_chat_response"
+            and frame["body"]
+            and json.loads(frame["body"])["type"] == "text-delta"
+        ):
+            break
+    await ws.send_str(json.dumps({"type": "cf_agent_chat_request_cancel", "id": "r"}))
+    frames = await frames_until_done(ws, "r")
+    assert chunks(frames)[-1] == "abort"
+    assert [m["parts"][-1]["text"] for m in frames[-1]["messages"]] == ["long", "partial"]
+
+
+async def test_clear_empties_the_history_and_tells_the_other_sockets(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("a")]))
+    a = await client.ws_connect("/agents/helper/c")
+    b = await client.ws_connect("/agents/helper/c")
+    await a.receive()
+    await b.receive()
+    await a.send_str(request("r", user("hi", "u1")))
+    await frames_until_done(a, "r")
+    await frames_until_done(b, "r")
+    await a.send_str(json.dumps({"type": "cf_agent_chat_clear"}))
+    assert json.loads((await asyncio.wait_for(b.receive(), WAIT_S)).data) == {"type": "cf_agent_chat_clear"}
+    assert await (await client.get("/agents/helper/c/get-messages")).json() == []
+
+
+async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("still here")]), max_frame_bytes=10_000)
+    ws = await client.ws_connect("/agents/helper/b")
+    await ws.receive()
+    bad = [
+        "not json",
+        json.dumps([1, 2]),
+        json.dumps({"type": "cf_agent_something_else"}),
+        json.dumps({"type": "cf_agent_use_chat_request", "id": "x", "init": {"method": "POST", "body": "{oops"}}),
+        json.dumps({"type": "cf_agent_use_chat_request", "id": "x", "init": {"method": "POST", "body": "{}"}}),
+        request("x", {"id": "m", "role": "robot", "parts": []}),
+        "x" * 20_000,
+    ]
+    answers = []
+    for frame in bad:
+        await ws.send_str(frame)
+        answers.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
+    await ws.send_bytes(b"\x00")
+    answers.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
+    assert {a["type"] for a in answers} == {"think_actors_error"}
+    texts = [a["error"] for a in answers]
+    assert "must be JSON text" in texts[0]
+    assert "JSON object" in texts[1]
+    assert "unknown frame type 'cf_agent_something_else'" in texts[2]
+    assert "init.body is not JSON" in texts[3]
+    assert "needs a messages array" in texts[4]
+    assert "not a UIMessage" in texts[5]
+    assert "over the limit of 10000 bytes" in texts[6]
+    assert "binary frames" in texts[7]
+    # The socket and the agent are fine, and nothing was stored by the bad frames.
+    await ws.send_str(request("ok", user("hi", "u1")))
+    frames = await frames_until_done(ws, "ok")
+    assert [m["role"] for m in frames[-1]["messages"]] == ["user", "assistant"]
+    assert frames[-1]["messages"][0]["id"] == "u1"
+
+
+async def test_a_token_guards_every_route_but_healthz(gateway: Any) -> None:
+    client = await gateway(token="s3cret")
+    assert (await client.get("/healthz")).status == 200
+    assert (await client.get("/agents/helper/t/get-messages")).status == 401
+    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer nope"})).status == 401
+    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer s3cret"})).status == 200
+    assert (await client.get("/agents/helper/t/get-messages?token=s3cret")).status == 200
+    with pytest.raises(aiohttp.WSServerHandshakeError):
+        await client.ws_connect("/agents/helper/t")
+    ws = await client.ws_connect("/agents/helper/t?token=s3cret")
+    assert json.loads((await ws.receive()).data)["type"] == "cf_agent_chat_messages"
+
+
+async def test_names_classes_and_origins_are_checked(gateway: Any) -> None:
+    client = await gateway(allowed_origins=["https://app.example"])
+    assert (await client.get("/healthz")).status == 200
+    bad_name = await client.get("/agents/helper/..%2Fetc/get-messages")
+    assert bad_name.status in (400, 404)
+    unknown = await client.get("/agents/nobody/x/get-messages")
+    assert unknown.status == 404 and "the classes are: friendly, helper" in await unknown.text()
+    assert (
+        await client.get("/agents/helper/ok/get-messages", headers={"Origin": "https://evil.example"})
+    ).status == 403
+    assert (await client.get("/agents/helper/ok/get-messages", headers={"Origin": "https://app.example"})).status == 200
+    assert (await client.get("/agents/helper/a.b:c@d/get-messages")).status == 200
+    assert (await client.get("/agents/helper/-bad/get-messages")).status == 400
+
+
+async def test_client_tools_from_the_request_body_are_offered_for_that_turn(gateway: Any) -> None:
+    model = ScriptedModel([text("ok")])
+    client = await gateway(model=model)
+    ws = await client.ws_connect("/agents/helper/ct")
+    await ws.receive()
+    tool = {
+        "name": "get_location",
+        "description": "Where the user is",
+        "parameters": {"type": "object", "properties": {}},
+    }
+    await ws.send_str(request("r", user("where am I?", "u1"), clientTools=[tool], selectedFile="a.py"))
+    await frames_until_done(ws, "r")
+    assert [t["function"]["name"] for t in model.requests[0].tools] == ["get_location"]
+
+
+def test_the_cli_refuses_a_public_host_without_a_token_and_modules_without_agents() -> None:
+    check_binding("127.0.0.1", None)
+    check_binding("::1", None)
+    check_binding("0.0.0.0", "token")
+    with pytest.raises(ta.ConfigurationError, match="without a token"):
+        check_binding("0.0.0.0", None)
+    with pytest.raises(ta.ConfigurationError, match="cannot import"):
+        agent_classes("no.such.module")
+    with pytest.raises(ta.ConfigurationError, match="defines no Think subclass"):
+        agent_classes("json")
+    assert {c.__name__ for c in agent_classes("agents.team")} >= {"Lead", "Researcher"}
+
+
+async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: Any) -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "THINK_ACTORS_DATA_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "think_actors.gateway.cli", "serve", "--local", "--app", "gateway_app"]
+    process = subprocess.Popen([*command, "--port", str(port)], env=env, stderr=subprocess.PIPE)
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(200):
+                try:
+                    async with session.get(f"http://127.0.0.1:{port}/healthz") as response:
+                        assert await response.json() == {"ok": True, "classes": ["echo"]}
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            async with session.ws_connect(f"http://127.0.0.1:{port}/agents/echo/cli") as ws:
+                await ws.receive()
+                await ws.send_str(request("r", user("ping", "u1")))
+                frames = await frames_until_done(ws, "r")
+        assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "echo: ping"
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    refused = subprocess.run([*command, "--host", "0.0.0.0"], env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "refusing to serve on '0.0.0.0' without a token" in refused.stderr

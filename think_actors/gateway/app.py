@@ -1,0 +1,272 @@
+"""The WebSocket gateway: the Cloudflare agents chat protocol over aiohttp, in front of think_actors agents.
+
+Routes: ``/agents/{agent-class-in-kebab-case}/{name}`` (WebSocket), ``GET .../get-messages``, ``GET /healthz``.
+Every socket of one agent sees the same frames: a turn's chunks go to all of them, in order. A chat request's
+new messages are stored before its turn is queued (reference §1.1 order), so a reconnecting tab finds them.
+
+Security: with a token, every HTTP and WebSocket request must carry it (``Authorization: Bearer <token>`` or
+``?token=``), compared in constant time; ``serve`` refuses to bind a non-loopback host without one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from ..agent import Think, kebab_case
+from ..errors import InvalidAgentNameError, ThinkError
+from ..messages import UIMessage
+from ..store import validate_agent_name
+from . import protocol
+from .protocol import FrameError
+
+__all__ = ["AgentDirectory", "Gateway", "LocalDirectory", "RayDirectory"]
+
+log = logging.getLogger("think_actors.gateway")
+
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+_BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
+
+
+class AgentDirectory:
+    """Finds (and on demand starts) the agent behind ``/agents/{class}/{name}``: in process or on Ray."""
+
+    def __init__(self, classes: Iterable[type[Think]]):
+        self.classes = {kebab_case(cls.__name__): cls for cls in classes}
+
+    def agent_class(self, slug: str) -> type[Think]:
+        cls = self.classes.get(slug)
+        if cls is None:
+            known = ", ".join(sorted(self.classes)) or "none"
+            raise web.HTTPNotFound(text=f"no agent class {slug!r} here; the classes are: {known}")
+        return cls
+
+    async def get(self, slug: str, name: str) -> Any:
+        raise NotImplementedError
+
+
+class LocalDirectory(AgentDirectory):
+    """Agents as objects in the gateway's own process (tests, a single-process app)."""
+
+    def __init__(self, classes: Iterable[type[Think]], *, data_dir: str | None = None, **options: Any):
+        super().__init__(classes)
+        self.options = {"data_dir": data_dir, **options} if data_dir else dict(options)
+        self._agents: dict[str, Any] = {}
+
+    async def get(self, slug: str, name: str) -> Any:
+        from ..delegation import LocalAgentHandle
+
+        cls = self.agent_class(slug)
+        key = f"{slug}/{name}"
+        handle = self._agents.get(key)
+        if handle is None:
+            handle = self._agents[key] = LocalAgentHandle(cls(name, **self.options))
+        return handle
+
+
+class RayDirectory(AgentDirectory):
+    """Agents as Ray actors: spawned, or found and woken, by name."""
+
+    async def get(self, slug: str, name: str) -> Any:
+        from ..runtime import spawn
+
+        return await spawn(self.agent_class(slug), name)
+
+
+class _Room:
+    """The sockets of one agent."""
+
+    def __init__(self) -> None:
+        self.sockets: set[web.WebSocketResponse] = set()
+
+    async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
+        for ws in list(self.sockets):
+            if ws is skip or ws.closed:
+                continue
+            try:
+                await ws.send_str(text)
+            except (ConnectionError, RuntimeError):  # a socket that went away mid-broadcast
+                self.sockets.discard(ws)
+
+
+class Gateway:
+    """The aiohttp application in front of an ``AgentDirectory``."""
+
+    def __init__(
+        self,
+        directory: AgentDirectory,
+        *,
+        token: str | None = None,
+        allowed_origins: Iterable[str] | None = None,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ):
+        self.directory = directory
+        self.token = token
+        self.allowed_origins = set(allowed_origins) if allowed_origins is not None else None
+        self.max_frame_bytes = max_frame_bytes
+        self._rooms: dict[str, _Room] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/agents/{cls}/{name}/get-messages", self._get_messages)
+        app.router.add_get("/agents/{cls}/{name}", self._socket)
+        app.on_shutdown.append(self._shutdown)
+        return app
+
+    # ------------------------------------------------------------------ HTTP
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        if request.path != "/healthz":
+            if self.token is not None and not self._authorized(request):
+                raise web.HTTPUnauthorized(text="missing or wrong token: send Authorization: Bearer <token> or ?token=")
+            origin = request.headers.get("Origin")
+            if self.allowed_origins is not None and origin is not None and origin not in self.allowed_origins:
+                raise web.HTTPForbidden(text=f"origin {origin!r} is not allowed")
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def _authorized(self, request: web.Request) -> bool:
+        assert self.token is not None
+        given = request.query.get("token", "")
+        header = request.headers.get("Authorization", "")
+        if header.lower().startswith("bearer "):
+            given = header[7:]
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "classes": sorted(self.directory.classes)})
+
+    async def _agent(self, request: web.Request) -> tuple[str, Any]:
+        slug, name = request.match_info["cls"], request.match_info["name"]
+        try:
+            validate_agent_name(name)
+        except InvalidAgentNameError as err:
+            raise web.HTTPBadRequest(text=err.message) from None
+        return f"{slug}/{name}", await self.directory.get(slug, name)
+
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        _, agent = await self._agent(request)
+        messages = await agent.get_messages()
+        return web.json_response([m.to_wire() for m in messages])
+
+    # ------------------------------------------------------------------ WebSocket
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        key, agent = await self._agent(request)
+        # aiohttp's own limit is set above ours, so an oversized frame gets our clear error instead of a close.
+        ws = web.WebSocketResponse(max_msg_size=self.max_frame_bytes * 2 + 1024, heartbeat=30)
+        await ws.prepare(request)
+        room = self._rooms.setdefault(key, _Room())
+        room.sockets.add(ws)
+        try:
+            await self._send_messages(ws, agent)
+            async for message in ws:
+                if message.type == WSMsgType.TEXT:
+                    await self._frame(ws, room, agent, message.data)
+                elif message.type == WSMsgType.BINARY:
+                    await _error(ws, "binary frames are not part of the protocol: send JSON text")
+                elif message.type == WSMsgType.ERROR:
+                    break
+        finally:
+            room.sockets.discard(ws)
+        return ws
+
+    async def _frame(self, ws: web.WebSocketResponse, room: _Room, agent: Any, text: str) -> None:
+        if len(text.encode()) > self.max_frame_bytes:
+            await _error(ws, f"frame of {len(text.encode())} bytes is over the limit of {self.max_frame_bytes} bytes")
+            return
+        try:
+            frame = protocol.parse_frame(text)
+            kind = frame["type"]
+            if kind == protocol.CHAT_REQUEST:
+                request_id, body = protocol.chat_request(frame)
+                new = await self._persist(ws, room, agent, body)
+                self._spawn(self._run_turn(room, agent, request_id, body, new))
+            elif kind == protocol.CHAT_REQUEST_CANCEL:
+                if isinstance(frame.get("id"), str):
+                    await agent.cancel_chat(frame["id"])
+            elif kind == protocol.CHAT_CLEAR:
+                await agent.clear()
+                await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
+            elif kind == protocol.CHAT_MESSAGES:
+                pass  # the server owns the transcript: a client cannot overwrite it (reference)
+            else:
+                raise FrameError(
+                    f"unknown frame type {kind!r}; this gateway speaks: {', '.join(sorted(protocol.KNOWN))}"
+                )
+        except FrameError as err:
+            await _error(ws, str(err))
+        except ThinkError as err:
+            await _error(ws, err.message)
+
+    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
+        """Store the request's messages the server does not have yet, before the turn is queued."""
+        try:
+            incoming = [UIMessage.model_validate(m) for m in body["messages"]]
+        except ValueError as err:
+            raise FrameError(f"a message of the request is not a UIMessage: {err}") from None
+        known = {m.id for m in await agent.get_messages()}
+        new = [m for m in incoming if m.id not in known]
+        if new:
+            await agent.add_messages(new)
+            await self._broadcast_messages(room, agent, skip=ws)
+        return len(new)
+
+    async def _run_turn(self, room: _Room, agent: Any, request_id: str, body: dict[str, Any], new: int) -> None:
+        custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
+        client_tools = body.get("clientTools") or None
+        try:
+            stream = agent.chat([], request_id=request_id, body=custom, client_tools=client_tools)
+            async for chunk in stream:
+                if chunk.type == "error":
+                    await room.send(protocol.response_frame(request_id, chunk.error_text, done=False, error=True))
+                else:
+                    await room.send(protocol.response_frame(request_id, json.dumps(chunk.to_wire()), done=False))
+            await room.send(protocol.response_frame(request_id, "", done=True))
+        except Exception as err:
+            text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__
+            log.warning("turn %s through the gateway failed: %s", request_id, text)
+            await room.send(protocol.response_frame(request_id, text, done=True, error=True))
+        await self._broadcast_messages(room, agent)
+
+    async def _send_messages(self, ws: web.WebSocketResponse, agent: Any) -> None:
+        messages = await agent.get_messages()
+        await ws.send_str(json.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}))
+
+    async def _broadcast_messages(self, room: _Room, agent: Any, *, skip: web.WebSocketResponse | None = None) -> None:
+        messages = await agent.get_messages()
+        frame = json.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]})
+        await room.send(frame, skip=skip)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _shutdown(self, app: web.Application) -> None:
+        for room in self._rooms.values():
+            for ws in list(room.sockets):
+                with contextlib.suppress(Exception):
+                    await ws.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def turns_idle(self) -> None:
+        """Wait until every turn started through this gateway has sent its last frame."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+async def _error(ws: web.WebSocketResponse, text: str) -> None:
+    await ws.send_str(json.dumps({"type": protocol.ERROR, "error": text}))

@@ -1,0 +1,79 @@
+"""``think-actors serve``: the gateway in front of the agent classes of a module."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import ipaddress
+import logging
+import sys
+from collections.abc import Sequence
+
+from ..agent import Think
+from ..errors import ConfigurationError
+
+DEFAULT_APP = "agents.team"
+
+
+def agent_classes(module_name: str) -> list[type[Think]]:
+    """The ``Think`` subclasses a module defines (or imports) at its top level."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigurationError(f"cannot import --app module {module_name!r}: {err}") from None
+    found = [v for v in vars(module).values() if inspect.isclass(v) and issubclass(v, Think) and v is not Think]
+    if not found:
+        raise ConfigurationError(f"--app module {module_name!r} defines no Think subclass to serve")
+    return found
+
+
+def check_binding(host: str, token: str | None) -> None:
+    """Refuse to expose agents beyond this machine without a token."""
+    loopback = host in ("localhost", "") or _is_loopback(host)
+    if not loopback and not token:
+        raise ConfigurationError(f"refusing to serve on {host!r} without a token: pass --token (or serve on 127.0.0.1)")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="think-actors", description="think_actors command line")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the WebSocket gateway")
+    serve.add_argument("--app", default=DEFAULT_APP, help="module whose Think subclasses are served")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8787)
+    serve.add_argument("--token", default=None, help="bearer token every request must carry")
+    serve.add_argument("--local", action="store_true", help="run agents in this process instead of on Ray")
+    serve.add_argument("--address", default=None, help="Ray address to join (default: start local Ray)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        check_binding(args.host, args.token)
+        classes = agent_classes(args.app)
+    except ConfigurationError as err:
+        print(f"think-actors: {err.message}", file=sys.stderr)
+        return 2
+    from aiohttp import web
+
+    from .app import Gateway, LocalDirectory, RayDirectory
+
+    if args.local:
+        directory: LocalDirectory | RayDirectory = LocalDirectory(classes)
+    else:
+        from ..runtime import init
+
+        init(args.address)
+        directory = RayDirectory(classes)
+    web.run_app(Gateway(directory, token=args.token).app(), host=args.host, port=args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The Cloudflare agents chat protocol (``cf_agent_*`` frames, reference §1.1): names, parsing, frame builders.
+
+Every frame is a JSON text message with a ``type``. Parsing never raises anything but ``FrameError``, whose
+message says what was wrong and what a valid frame looks like, so a bad frame costs the sender an error frame and
+never the socket or the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = [
+    "CHAT_CLEAR",
+    "CHAT_MESSAGES",
+    "CHAT_REQUEST",
+    "CHAT_REQUEST_CANCEL",
+    "CHAT_RESPONSE",
+    "ERROR",
+    "FrameError",
+    "chat_request",
+    "parse_frame",
+    "response_frame",
+]
+
+CHAT_REQUEST = "cf_agent_use_chat_request"
+CHAT_RESPONSE = "cf_agent_use_chat_response"
+CHAT_REQUEST_CANCEL = "cf_agent_chat_request_cancel"
+CHAT_CLEAR = "cf_agent_chat_clear"
+CHAT_MESSAGES = "cf_agent_chat_messages"
+MESSAGE_UPDATED = "cf_agent_message_updated"
+ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
+
+KNOWN = frozenset({CHAT_REQUEST, CHAT_REQUEST_CANCEL, CHAT_CLEAR, CHAT_MESSAGES})
+
+
+class FrameError(ValueError):
+    """A frame the gateway cannot act on; the message is sent back in a ``think_actors_error`` frame."""
+
+
+def parse_frame(text: str | bytes) -> dict[str, Any]:
+    """The frame as a dict with a str ``type``."""
+    try:
+        frame = json.loads(text)
+    except ValueError as err:
+        raise FrameError(f'a frame must be JSON text ({err}); e.g. {{"type": "{CHAT_REQUEST}", ...}}') from None
+    if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+        raise FrameError('a frame must be a JSON object with a string "type"')
+    return frame
+
+
+def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The request id and the parsed ``init.body`` of a chat request (``init.method`` must be POST)."""
+    request_id = frame.get("id")
+    if not isinstance(request_id, str) or not request_id:
+        raise FrameError(f"{CHAT_REQUEST} needs a string id")
+    init = frame.get("init")
+    if not isinstance(init, dict) or init.get("method", "POST") != "POST":
+        raise FrameError(f'{CHAT_REQUEST} needs init: {{"method": "POST", "body": "<JSON text>"}}')
+    raw = init.get("body")
+    try:
+        body = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError as err:
+        raise FrameError(f"{CHAT_REQUEST} init.body is not JSON: {err}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        raise FrameError(f"{CHAT_REQUEST} init.body needs a messages array")
+    return request_id, body
+
+
+def response_frame(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> str:
+    frame: dict[str, Any] = {"type": CHAT_RESPONSE, "id": request_id, "body": body, "done": done}
+    if error:
+        frame["error"] = True
+    frame.update((k, v) for k, v in flags.items() if v)
+    return json.dumps(frame)

@@ -272,7 +272,6 @@ def test_the_cli_refuses_a_public_host_without_a_token_and_modules_without_agent
 async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: Any) -> None:
     import os
     import socket
-    import subprocess
     import sys
     from pathlib import Path
 
@@ -281,7 +280,9 @@ async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: A
         port = probe.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "THINK_ACTORS_DATA_DIR": str(tmp_path)}
     command = [sys.executable, "-m", "think_actors.gateway.cli", "serve", "--local", "--app", "gateway_app"]
-    process = subprocess.Popen([*command, "--port", str(port)], env=env, stderr=subprocess.PIPE)
+    process = await asyncio.create_subprocess_exec(
+        *command, "--port", str(port), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
     try:
         async with aiohttp.ClientSession() as session:
             for _ in range(200):
@@ -298,7 +299,10 @@ async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: A
         assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "echo: ping"
     finally:
         process.terminate()
-        process.wait(timeout=10)
-    refused = subprocess.run([*command, "--host", "0.0.0.0"], env=env, capture_output=True, text=True, timeout=60)
+        await asyncio.wait_for(process.wait(), 10)
+    refused = await asyncio.create_subprocess_exec(
+        *command, "--host", "0.0.0.0", env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await asyncio.wait_for(refused.communicate(), 60)
     assert refused.returncode == 2
-    assert "refusing to serve on '0.0.0.0' without a token" in refused.stderr
+    assert "refusing to serve on '0.0.0.0' without a token" in stderr.decode()

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
 from think_actors.gateway.cli import agent_classes, check_binding
-from think_actors.testing import ScriptedModel, delay, error, step, text
+from think_actors.testing import ScriptedModel, delay, error, step, text, tool_call
 
 WAIT_S = 5
 
@@ -306,3 +306,77 @@ async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: A
     _, stderr = await asyncio.wait_for(refused.communicate(), 60)
     assert refused.returncode == 2
     assert "refusing to serve on '0.0.0.0' without a token" in stderr.decode()
+
+
+class Payments(ta.Think):
+    @ta.tool(needs_approval=True)
+    async def charge(self, amount: int) -> str:
+        """Charge the card."""
+        return f"charged {amount}"
+
+
+async def receive_until(ws: Any, predicate: Any) -> list[dict[str, Any]]:
+    seen = []
+    while True:
+        frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+        seen.append(frame)
+        if predicate(frame):
+            return seen
+
+
+def continuation_done(frame: dict[str, Any]) -> bool:
+    return frame["type"] == "cf_agent_use_chat_response" and frame["done"] and frame.get("continuation") is True
+
+
+async def test_a_client_tool_result_frame_auto_continues_and_every_tab_sees_the_continuation() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), text("thanks, Oslo")])
+    directory = LocalDirectory([Helper], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        tab = await client.ws_connect("/agents/helper/ct")
+        other = await client.ws_connect("/agents/helper/ct")
+        await tab.receive()
+        await other.receive()
+        ask = {"name": "ask", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
+        await tab.send_str(request("r", user("where?", "u1"), clientTools=[ask]))
+        first = await frames_until_done(tab, "r")
+        assert "tool-input-available" in chunks(first)
+
+        result = {
+            "type": "cf_agent_tool_result",
+            "toolCallId": "c1",
+            "toolName": "ask",
+            "output": "Oslo",
+            "autoContinue": True,
+        }
+        await tab.send_str(json.dumps(result))
+        updated = await receive_until(other, lambda f: f["type"] == "cf_agent_message_updated")
+        assert updated[-1]["message"]["parts"][-1]["state"] == "output-available"
+        seen = await receive_until(other, continuation_done)
+        continued = [
+            json.loads(f["body"])["type"] for f in seen if f["type"] == "cf_agent_use_chat_response" and f["body"]
+        ]
+        assert "text-delta" in continued
+        assert all(f.get("continuation") for f in seen if f["type"] == "cf_agent_use_chat_response")
+
+
+async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() -> None:
+    model = ScriptedModel([tool_call("charge", {"amount": 7}, id="p1"), text("paid 7")])
+    directory = LocalDirectory([Payments], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/payments/a1")
+        await ws.receive()
+        await ws.send_str(request("r", user("pay 7", "u1")))
+        first = await frames_until_done(ws, "r")
+        assert "tool-approval-request" in chunks(first)
+        await ws.send_str(
+            json.dumps({"type": "cf_agent_tool_approval", "toolCallId": "p1", "approved": True, "autoContinue": True})
+        )
+        seen = await receive_until(ws, continuation_done)
+        bodies = [json.loads(f["body"]) for f in seen if f["type"] == "cf_agent_use_chat_response" and f["body"]]
+        assert {"type": "tool-output-available", "toolCallId": "p1", "output": "charged 7"} in bodies
+        transcript = await (await client.get("/agents/payments/a1/get-messages")).json()
+        assert transcript[-1]["parts"][-1]["text"] == "paid 7"
+        bad = {"type": "cf_agent_tool_approval", "toolCallId": "p1"}
+        await ws.send_str(json.dumps(bad))
+        error_frame = await receive_until(ws, lambda f: f["type"] == "think_actors_error")
+        assert "approved: true or false" in error_frame[-1]["error"]

@@ -440,6 +440,36 @@ class Think:
             parent = message.id
         await engine.reload()
 
+    async def add_tool_result(
+        self, tool_call_id: str, output: Any = None, *, error: str | None = None, auto_continue: bool = False
+    ) -> bool:
+        """Answer a client tool's call (or any call still waiting) with ``output``, or ``error``.
+
+        The first answer wins; False when no call waits under that id. With ``auto_continue`` the turn goes on
+        once every call of the latest reply has its answer (50 ms of quiet first, so a batch coalesces).
+        """
+        return await self._engine.interactions.add_tool_result(
+            tool_call_id, output=output, error=error, auto_continue=auto_continue
+        )
+
+    async def add_tool_approval(
+        self, tool_call_id: str, approved: bool, *, reason: str | None = None, auto_continue: bool = False
+    ) -> bool:
+        """Approve or deny a call of a ``needs_approval`` tool. Approved, the continuation runs it (through
+        ``before_tool_call``, still the outer gate); denied, the model sees the denial and the tool never runs."""
+        return await self._engine.interactions.add_tool_approval(
+            tool_call_id, approved, reason=reason, auto_continue=auto_continue
+        )
+
+    def has_pending_interaction(self) -> bool:
+        """Whether a call of the latest reply waits for a person (an approval) or a client (a client tool)."""
+        return self._engine.interactions.pending()
+
+    async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
+        """Wait until no turn runs or waits and no auto-continuation is armed (it may never be, while a call
+        waits for an answer: pass a timeout)."""
+        await self._engine.interactions.wait_until_stable(timeout_s)
+
     async def attach(self, request_id: str) -> AsyncIterator[Any]:
         """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn: the
         chunks it streamed so far, then the rest. Raises TurnError for an id with no recovered turn."""

@@ -87,6 +87,15 @@ class LocalAgentHandle:
         result: AsyncIterator[Any] = self.agent.attach(request_id)
         return result
 
+    async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
+        return bool(await self.agent.add_tool_result(tool_call_id, output, **options))
+
+    async def add_tool_approval(self, tool_call_id: str, approved: bool, **options: Any) -> bool:
+        return bool(await self.agent.add_tool_approval(tool_call_id, approved, **options))
+
+    async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
+        await self.agent.wait_until_stable(timeout_s=timeout_s)
+
 
 def _run_name(tool_call_id: str) -> str:
     return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")

@@ -340,33 +340,44 @@ class AgentHandle:
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
         kwargs = {"submission_id": submission_id, "idempotency_key": idempotency_key, "metadata": metadata}
-        return await self._submission_call("submit_messages", messages, **kwargs)  # type: ignore[no-any-return]
+        return await self._forward("submit_messages", messages, **kwargs)  # type: ignore[no-any-return]
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
-        return await self._submission_call("inspect_submission", submission_id)  # type: ignore[no-any-return]
+        return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]
 
     async def list_submissions(self, status: Any = None, limit: int = 100) -> list[Submission]:
-        return await self._submission_call("list_submissions", status, limit)  # type: ignore[no-any-return]
+        return await self._forward("list_submissions", status, limit)  # type: ignore[no-any-return]
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
-        return bool(await self._submission_call("cancel_submission", submission_id, reason))
+        return bool(await self._forward("cancel_submission", submission_id, reason))
 
     async def delete_submission(self, submission_id: str) -> bool:
-        return bool(await self._submission_call("delete_submission", submission_id))
+        return bool(await self._forward("delete_submission", submission_id))
 
     async def delete_submissions(
         self, status: Any = None, *, completed_before: float | None = None, limit: int = 100
     ) -> int:
         kwargs = {"completed_before": completed_before, "limit": limit}
-        return int(await self._submission_call("delete_submissions", status, **kwargs))
+        return int(await self._forward("delete_submissions", status, **kwargs))
 
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
-        return await self._submission_call(  # type: ignore[no-any-return]
+        return await self._forward(  # type: ignore[no-any-return]
             "wait_for_submission", submission_id, timeout_s=timeout_s
         )
 
-    async def _submission_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await _call(self._actor.submissions.remote(method, args, kwargs))
+    async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
+        """``Think.add_tool_result`` on the actor."""
+        return bool(await self._forward("add_tool_result", tool_call_id, output, **options))
+
+    async def add_tool_approval(self, tool_call_id: str, approved: bool, **options: Any) -> bool:
+        """``Think.add_tool_approval`` on the actor."""
+        return bool(await self._forward("add_tool_approval", tool_call_id, approved, **options))
+
+    async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
+        await self._forward("wait_until_stable", timeout_s=timeout_s)
+
+    async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await _call(self._actor.forward.remote(method, args, kwargs))
 
     async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
         """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).
@@ -407,8 +418,11 @@ async def _deliver_events(generator: Any, callback: Callable[[Event], Any]) -> N
         log.exception("observability callback raised; the subscription ended")
 
 
-_SUBMISSION_METHODS = frozenset(
+_FORWARDED_METHODS = frozenset(
     {
+        "add_tool_result",
+        "add_tool_approval",
+        "wait_until_stable",
         "submit_messages",
         "inspect_submission",
         "list_submissions",
@@ -594,9 +608,9 @@ class AgentHost:
     async def clear(self) -> None:
         await self.agent.clear()
 
-    async def submissions(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if method not in _SUBMISSION_METHODS:
-            raise ConfigurationError(f"unknown submission method {method!r}")
+    async def forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method not in _FORWARDED_METHODS:
+            raise ConfigurationError(f"{method!r} is not an agent method a handle may call")
         return await getattr(self.agent, method)(*args, **kwargs)
 
     async def events(self, channel: str) -> AsyncIterator[list[Any]]:

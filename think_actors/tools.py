@@ -104,7 +104,8 @@ class Tool:
         fn: The function to run, or None for a tool the caller executes (a client tool).
         validator: A pydantic model validating the input (derived from ``fn``'s signature by ``@tool``).
         remote: Ray task options (``num_cpus``, ``num_gpus``, ``resources``) to run it as a task, else None.
-        needs_approval: Whether a human must approve each call before it runs.
+        needs_approval: Whether a person must approve each call before it runs: a bool, or a predicate of the
+            call's input (sync or async) saying whether this call needs it.
         idempotent: Whether running a call twice has the effect of running it once. After a crash, a call that
             started but did not finish is re-run only when its tool is idempotent (see ``reconcile_tool_call``).
     """
@@ -119,7 +120,7 @@ class Tool:
         validator: type[BaseModel] | None = None,
         context_param: str | None = None,
         remote: dict[str, Any] | None = None,
-        needs_approval: bool = False,
+        needs_approval: bool | Callable[[Any], Any] = False,
         executor: Callable[..., Any] | None = None,
         idempotent: bool = False,
     ):
@@ -264,7 +265,7 @@ def _tool_from_function(
     name: str | None,
     description: str | None,
     remote: dict[str, Any] | None,
-    needs_approval: bool,
+    needs_approval: bool | Callable[[Any], Any],
     idempotent: bool = False,
 ) -> Tool:
     from_doc, arg_docs = _parse_docstring(fn.__doc__)
@@ -298,7 +299,7 @@ def tool(
     num_cpus: float | None = None,
     num_gpus: float | None = None,
     resources: dict[str, float] | None = None,
-    needs_approval: bool = False,
+    needs_approval: bool | Callable[[Any], Any] = False,
     idempotent: bool = False,
 ) -> Any:
     """Make a tool of a function or method; its docstring describes it and its signature gives the schema.

@@ -280,6 +280,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
     except _SetupFailed as failed:
         raise failed.raised from None
     finally:
+        engine.stream_ended()
         # The slot is released: the next queued turn may start while the response hook runs.
         if spec.response is not None:
             await engine.fire_response(spec.response)
@@ -413,6 +414,25 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
     attempt = 0
     started = True
     message_id = journal.record.message_id or new_id()
+    if spec.continuation:
+        # Calls a person approved run first, through the hooks; their results settle the earlier message.
+        from .interactions import approved_calls
+        from .pending import run_pending
+
+        holder, approved = approved_calls(engine.messages)
+        if holder is not None and approved:
+            try:
+                run = await prepare(engine, spec)
+            except Exception as err:
+                async for chunk in _fail_setup(engine, spec, err, "turn", True):
+                    yield chunk
+                return
+            running = run_pending(engine, run, holder, approved)
+            try:
+                async for chunk in running:
+                    yield chunk
+            finally:
+                await running.aclose()
     while True:
         try:
             run = await prepare(engine, spec)

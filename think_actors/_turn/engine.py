@@ -30,6 +30,7 @@ from .convert import to_model_messages
 from .queue import TurnQueue
 
 if TYPE_CHECKING:
+    from .interactions import Interactions
     from .recovery import Recovery
     from .submissions import Submissions
 
@@ -72,6 +73,7 @@ class Engine:
         self.warned_classifier = False
         self._submissions: Submissions | None = None
         self._recovery: Recovery | None = None
+        self._interactions: Interactions | None = None
         self._start_lock = asyncio.Lock()
 
     @property
@@ -91,6 +93,20 @@ class Engine:
 
             self._recovery = Recovery(self)
         return self._recovery
+
+    @property
+    def interactions(self) -> Interactions:
+        """Tool results, approvals and the auto-continuation barrier (``_turn/interactions.py``)."""
+        if self._interactions is None:
+            from .interactions import Interactions
+
+            self._interactions = Interactions(self)
+        return self._interactions
+
+    def stream_ended(self) -> None:
+        """A turn's stream ended: an auto-continuation held back by it may fire now."""
+        if self._interactions is not None:
+            self._interactions.rearm()
 
     # ------------------------------------------------------------------ store and transcript
 

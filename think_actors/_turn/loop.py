@@ -24,6 +24,7 @@ from ..chunks import (
     TextDeltaChunk,
     TextEndChunk,
     TextStartChunk,
+    ToolApprovalRequestChunk,
     ToolInputDeltaChunk,
     ToolInputStartChunk,
 )
@@ -62,6 +63,17 @@ def _unique_id(run: TurnRun, given: str | None) -> str:
 def _part(run: TurnRun, step_number: int, kind: str, **facts: Any) -> ChunkContext:
     """The ``on_chunk`` context of one model-level stream part."""
     return ChunkContext(request_id=run.request_id, step_number=step_number, type=kind, **facts)
+
+
+async def _needs_approval(call: Any) -> bool:
+    """``needs_approval``: a bool, or a predicate of the validated input (sync or async)."""
+    gate = call.tool.needs_approval
+    if callable(gate):
+        verdict = gate(call.input)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return bool(verdict)
+    return bool(gate)
 
 
 async def _stop(run: TurnRun) -> bool:
@@ -244,7 +256,17 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     )
                 )
             yield input_chunk(call)
-        runnable = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
+        gated: set[str] = set()
+        for call in calls:
+            if call.error is None and call.tool is not None and await _needs_approval(call):
+                # The call waits for a person: the loop ends with it, and the answer continues the turn.
+                gated.add(call.tool_call_id)
+                yield ToolApprovalRequestChunk(approval_id=new_id(), tool_call_id=call.tool_call_id)
+        runnable = [
+            c
+            for c in calls
+            if c.error is None and c.tool is not None and c.tool.executable and c.tool_call_id not in gated
+        ]
         results: list[ToolResult] = []
         if runnable:
             executing = run_calls(run, runnable, results)
@@ -298,7 +320,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         await agent.on_step_finish(result)
         yield FinishStepChunk()
         # A call the caller must answer (a client tool) ends the loop with that call waiting.
-        waiting = any(c.error is None and c.tool is not None and not c.tool.executable for c in calls)
+        waiting = bool(gated) or any(c.error is None and c.tool is not None and not c.tool.executable for c in calls)
         if not calls or waiting or await _stop(run):
             break
         # Build on the turn's messages, not on ``messages``: a before_step override is for its own step only.

@@ -35,6 +35,7 @@ from ..store.records import TurnRecord
 from ..tools import _jsonable
 from .engine import Engine
 from .journal import TurnJournal, effect_key
+from .pending import run_pending, settle_part, settled
 
 log = logging.getLogger("think_actors")
 
@@ -73,6 +74,12 @@ class Recovery:
         """Queue a recovery turn for every turn record a crash left behind (oldest first)."""
         for record in await self.engine.store.list_turns():
             self.schedule(record)
+
+    def follow(self, request_id: str) -> LiveTurn:
+        """Keep the chunks of a background turn (an auto-continuation) so callers can attach to it."""
+        live = self.live[request_id] = LiveTurn()
+        live.attempts = 1
+        return live
 
     def schedule(self, record: TurnRecord) -> None:
         """Queue the recovery turn of ``record`` (after a crash, a stalled stream or a dead model server)."""
@@ -144,7 +151,6 @@ class Recovery:
 async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
     """The body of a recovery turn (inside the turn slot): settle, decide, then continue or retry."""
     from .driver import attempts, finish, prepare
-    from .tool_calls import ParsedCall, run_calls
 
     record: TurnRecord = spec.recover
     store = engine.store
@@ -242,27 +248,14 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
                 outcome.status = "aborted"
             return
 
-        if reruns:
+        if reruns and partial is not None:
             run = await prepare(engine, spec)
-            calls = []
-            for part in reruns:
-                tool = run.tools.get(part.name)
-                call = ParsedCall(part.tool_call_id, part.name, "", input=part.input, tool=tool)
-                if tool is not None:
-                    call.validated = tool.validate_input(part.input if isinstance(part.input, dict) else {})
-                calls.append(call)
-            results: list[Any] = []
-            running = run_calls(run, [c for c in calls if c.tool is not None], results)
+            running = run_pending(engine, run, partial, reruns)
             try:
                 async for chunk in running:
                     yield chunk
             finally:
                 await running.aclose()
-            by_id = {r.tool_call_id: r for r in results}
-            for part in reruns:
-                result = by_id.get(part.tool_call_id)
-                error = "The tool is no longer available." if result is None else result.error
-                await _apply(engine, partial, part, None if result is None else result.output, error)
 
         spec.continuation = kind == "continue"
         # The partial is stored as a message now: the continuation's log starts empty, and any chunk it logs
@@ -325,7 +318,7 @@ async def _settle(
             continue  # its arguments never arrived whole: the model never made this call
         effect = await engine.store.get_effect(effect_key(engine.path, record.request_id, part.tool_call_id))
         if effect is not None and effect.status == "finished":
-            parts.append(_settled(part, effect.output, effect.error))  # replayed, never re-run
+            parts.append(settled(part, effect.output, effect.error))  # replayed, never re-run
         elif effect is not None:
             tool = tools.get(part.name)
             ctx = ToolReconcileContext(
@@ -347,10 +340,10 @@ async def _settle(
             elif isinstance(decision, Substitute):
                 result = _jsonable(decision.output)
                 await engine.store.finish_effect(effect.key, output=result)
-                parts.append(_settled(part, result, None))
+                parts.append(settled(part, result, None))
             else:
                 await engine.store.finish_effect(effect.key, error=decision.error)
-                parts.append(_settled(part, None, decision.error))
+                parts.append(settled(part, None, decision.error))
         else:
             parts.append(part)  # it never started: running it now has no effect twice
             reruns.append(part)
@@ -368,12 +361,6 @@ async def _reconcile(agent: Any, ctx: ToolReconcileContext) -> Rerun | Substitut
     return Rerun() if ctx.idempotent else Fail(UNKNOWN_OUTCOME)
 
 
-def _settled(part: ToolPart, output: Any, error: str | None) -> ToolPart:
-    if error is not None:
-        return part.model_copy(update={"state": "output-error", "error_text": error})
-    return part.model_copy(update={"state": "output-available", "output": output})
-
-
 def _settled_only(message: UIMessage) -> UIMessage | None:
     """``persist=False``: only the settled tool results survive (they are facts, not the model's words)."""
     parts = tuple(p for p in message.parts if isinstance(p, ToolPart) and p.state in SETTLED_STATES)
@@ -384,16 +371,8 @@ def _settled_only(message: UIMessage) -> UIMessage | None:
 
 async def _apply(engine: Engine, partial: UIMessage | None, part: ToolPart, output: Any, error: str | None) -> None:
     """Settle one tool part of the persisted partial reply."""
-    if partial is None:
-        return
-    stored = next((m for m in reversed(engine.messages) if m.id == partial.id), None)
-    if stored is None:
-        return
-    parts = tuple(
-        _settled(p, output, error) if isinstance(p, ToolPart) and p.tool_call_id == part.tool_call_id else p
-        for p in stored.parts
-    )
-    await engine.replace(stored.model_copy(update={"parts": parts}))
+    if partial is not None:
+        await settle_part(engine, partial.id, part.tool_call_id, output, error)
 
 
 async def _exhaust(

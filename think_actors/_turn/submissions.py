@@ -276,11 +276,17 @@ class Submissions:
             on_applied=applied,
             on_finished=on_finished,
         )
+        live = engine.recovery.follow(record.request_id)  # so a socket can follow the submission's stream
         try:
-            async for _ in turn_stream(engine, spec):
-                pass
+            async for chunk in turn_stream(engine, spec):
+                live.chunks.append(chunk)
+                live.changed.set()
         except Exception:  # a setup failure: already reported through on_chat_error and recorded by on_finished
             pass
+        finally:
+            live.done = True
+            live.status = spec.outcome.status
+            live.changed.set()
         # A turn that ended before its record began (skipped by a reset, or nothing to apply) wrote no status:
         # write it now (a no-op when on_finished already did, as the row is no longer running).
         await on_finished(spec.outcome)

@@ -33,6 +33,8 @@ log = logging.getLogger("think_actors.gateway")
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 _BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
+_BACKGROUND = frozenset({"auto-continuation", "recovery", "submission"})
+DENIED = "Tool execution denied by user"
 
 
 class AgentDirectory:
@@ -81,10 +83,11 @@ class RayDirectory(AgentDirectory):
 
 
 class _Room:
-    """The sockets of one agent."""
+    """The sockets of one agent, and the agent's events that every one of them must see."""
 
     def __init__(self) -> None:
         self.sockets: set[web.WebSocketResponse] = set()
+        self.unsubscribe: list[Callable[[], None]] = []
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
         for ws in list(self.sockets):
@@ -166,7 +169,10 @@ class Gateway:
         # aiohttp's own limit is set above ours, so an oversized frame gets our clear error instead of a close.
         ws = web.WebSocketResponse(max_msg_size=self.max_frame_bytes * 2 + 1024, heartbeat=30)
         await ws.prepare(request)
-        room = self._rooms.setdefault(key, _Room())
+        room = self._rooms.get(key)
+        if room is None:
+            room = self._rooms[key] = _Room()
+            await self._follow(room, agent)
         room.sockets.add(ws)
         try:
             await self._send_messages(ws, agent)
@@ -200,6 +206,19 @@ class Gateway:
                 await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
+            elif kind == protocol.TOOL_RESULT:
+                call = protocol.tool_call_id(frame)
+                error = None
+                if frame.get("state") == "output-error":
+                    error = frame.get("errorText") or DENIED
+                await agent.add_tool_result(
+                    call, frame.get("output"), error=error, auto_continue=bool(frame.get("autoContinue"))
+                )
+            elif kind == protocol.TOOL_APPROVAL:
+                call = protocol.tool_call_id(frame)
+                if not isinstance(frame.get("approved"), bool):
+                    raise FrameError(f"{protocol.TOOL_APPROVAL} needs approved: true or false")
+                await agent.add_tool_approval(call, frame["approved"], auto_continue=bool(frame.get("autoContinue")))
             else:
                 raise FrameError(
                     f"unknown frame type {kind!r}; this gateway speaks: {', '.join(sorted(protocol.KNOWN))}"
@@ -239,6 +258,42 @@ class Gateway:
             await room.send(protocol.response_frame(request_id, text, done=True, error=True))
         await self._broadcast_messages(room, agent)
 
+    async def _follow(self, room: _Room, agent: Any) -> None:
+        """Relay what the agent does without a socket asking: message updates, and the streams of background
+        turns (auto-continuations, recoveries, submissions) to every socket."""
+
+        def on_message(event: Any) -> None:
+            if event.type == "message:updated":
+                self._spawn(
+                    room.send(json.dumps({"type": protocol.MESSAGE_UPDATED, "message": event.payload["message"]}))
+                )
+
+        def on_chat(event: Any) -> None:
+            if event.type == "chat:turn:start" and event.payload.get("trigger") in _BACKGROUND:
+                self._spawn(
+                    self._relay(room, agent, event.payload["requestId"], bool(event.payload.get("continuation")))
+                )
+
+        room.unsubscribe.append(await agent.observe("agents:message", on_message))
+        room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
+
+    async def _relay(self, room: _Room, agent: Any, request_id: str, continuation: bool) -> None:
+        try:
+            async for chunk in agent.attach(request_id):
+                if chunk.type == "error":
+                    frame = protocol.response_frame(
+                        request_id, chunk.error_text, done=False, error=True, continuation=continuation
+                    )
+                else:
+                    frame = protocol.response_frame(
+                        request_id, json.dumps(chunk.to_wire()), done=False, continuation=continuation
+                    )
+                await room.send(frame)
+            await room.send(protocol.response_frame(request_id, "", done=True, continuation=continuation))
+        except ThinkError as err:
+            log.warning("could not follow background turn %s: %s", request_id, err.message)
+        await self._broadcast_messages(room, agent)
+
     async def _send_messages(self, ws: web.WebSocketResponse, agent: Any) -> None:
         messages = await agent.get_messages()
         await ws.send_str(json.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}))
@@ -255,6 +310,8 @@ class Gateway:
 
     async def _shutdown(self, app: web.Application) -> None:
         for room in self._rooms.values():
+            for unsubscribe in room.unsubscribe:
+                unsubscribe()
             for ws in list(room.sockets):
                 with contextlib.suppress(Exception):
                     await ws.close()

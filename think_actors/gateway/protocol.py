@@ -17,6 +17,9 @@ __all__ = [
     "CHAT_REQUEST_CANCEL",
     "CHAT_RESPONSE",
     "ERROR",
+    "MESSAGE_UPDATED",
+    "TOOL_APPROVAL",
+    "TOOL_RESULT",
     "FrameError",
     "chat_request",
     "parse_frame",
@@ -29,9 +32,11 @@ CHAT_REQUEST_CANCEL = "cf_agent_chat_request_cancel"
 CHAT_CLEAR = "cf_agent_chat_clear"
 CHAT_MESSAGES = "cf_agent_chat_messages"
 MESSAGE_UPDATED = "cf_agent_message_updated"
+TOOL_RESULT = "cf_agent_tool_result"
+TOOL_APPROVAL = "cf_agent_tool_approval"
 ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
 
-KNOWN = frozenset({CHAT_REQUEST, CHAT_REQUEST_CANCEL, CHAT_CLEAR, CHAT_MESSAGES})
+KNOWN = frozenset({CHAT_REQUEST, CHAT_REQUEST_CANCEL, CHAT_CLEAR, CHAT_MESSAGES, TOOL_RESULT, TOOL_APPROVAL})
 
 
 class FrameError(ValueError):
@@ -73,3 +78,10 @@ def response_frame(request_id: str, body: str, *, done: bool, error: bool = Fals
         frame["error"] = True
     frame.update((k, v) for k, v in flags.items() if v)
     return json.dumps(frame)
+
+
+def tool_call_id(frame: dict[str, Any]) -> str:
+    value = frame.get("toolCallId")
+    if not isinstance(value, str) or not value:
+        raise FrameError(f"{frame['type']} needs a string toolCallId")
+    return value

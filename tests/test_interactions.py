@@ -1,0 +1,169 @@
+"""Client tool results, approvals and auto-continuation from Python (reference §1.9; the client-tools.test.ts
+cases that do not need a socket). The same through WebSocket frames is in test_gateway.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from helpers import RecordingAgent
+
+import think_actors as ta
+from think_actors.testing import ScriptedModel, step, text, tool_call
+
+WAIT_S = 5
+ASK = {"name": "ask", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
+LOCATE = {"name": "locate", "description": "Where the user is", "parameters": {"type": "object", "properties": {}}}
+
+
+class Shop(RecordingAgent):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.charged: list[Any] = []
+        agent = self
+
+        @ta.tool(needs_approval=True)
+        async def charge(amount: int) -> str:
+            """Charge the card."""
+            agent.charged.append(amount)
+            if amount < 0:
+                raise ValueError("negative amounts cannot be charged")
+            return f"charged {amount}"
+
+        @ta.tool(needs_approval=lambda input: input.get("amount", 0) > 100)
+        async def refund(amount: int) -> str:
+            """Refund; large refunds need approval."""
+            return f"refunded {amount}"
+
+        self.tools = (charge, refund)
+
+
+def parts_of(agent: ta.Think) -> dict[str, tuple[str, Any]]:
+    return {
+        p.tool_call_id: (p.state, p.output if p.state == "output-available" else p.error_text)
+        for m in agent.get_messages()
+        for p in m.parts
+        if isinstance(p, ta.ToolPart)
+    }
+
+
+def texts(agent: ta.Think) -> list[str]:
+    return [m.text for m in agent.get_messages() if m.text]
+
+
+async def client_call(agent: ta.Think, *calls: str, tools: list[Any] | None = None) -> None:
+    """A turn whose model calls the client tools ``calls`` and ends waiting for their results."""
+    await agent.chat("go", client_tools=tools or [ASK, LOCATE]).collect()
+
+
+async def test_a_client_tool_result_settles_the_call_and_auto_continues() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), text("thanks, Oslo it is")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "c1")
+    assert parts_of(agent) == {"c1": ("input-available", None)}
+    assert agent.has_pending_interaction()
+
+    assert await agent.add_tool_result("c1", {"city": "Oslo"}, auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+
+    assert parts_of(agent) == {"c1": ("output-available", {"city": "Oslo"})}
+    assert texts(agent)[-1] == "thanks, Oslo it is"
+    assert not agent.has_pending_interaction()
+    responses = agent.contexts("on_chat_response")
+    assert [(r.continuation, r.status) for r in responses] == [(False, "completed"), (True, "completed")]
+    assert [m["role"] for m in model.requests[1].messages][-2:] == ["assistant", "tool"]
+
+
+async def test_results_first_write_wins_and_unknown_ids_are_no_ops() -> None:
+    agent = Shop(model=ScriptedModel([tool_call("ask", {}, id="c1")]), store=ta.MemoryStore())
+    await client_call(agent, "c1")
+    assert await agent.add_tool_result("nope", 1) is False
+    assert await agent.add_tool_result("c1", error="the user closed the dialog") is True
+    assert await agent.add_tool_result("c1", "too late") is False
+    assert parts_of(agent) == {"c1": ("output-error", "the user closed the dialog")}
+    await agent.wait_until_stable(timeout_s=WAIT_S)  # no auto_continue: nothing runs
+    assert len(agent.get_messages()) == 2
+
+
+async def test_a_continuation_waits_for_every_parallel_result() -> None:
+    model = ScriptedModel([step(tool_call("ask", {}, id="a"), tool_call("locate", {}, id="b")), text("both in")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "a", "b")
+    await agent.add_tool_result("a", "yes", auto_continue=True)
+    await asyncio.sleep(0.1)  # past the coalescing window: the barrier holds for b
+    assert len(model.requests) == 1
+    await agent.add_tool_result("b", "Oslo", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(model.requests) == 2 and texts(agent)[-1] == "both in"
+
+
+async def test_an_errored_sibling_without_auto_continue_still_completes_the_batch() -> None:
+    model = ScriptedModel([step(tool_call("ask", {}, id="a"), tool_call("locate", {}, id="b")), text("partly")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "a", "b")
+    await agent.add_tool_result("a", "yes", auto_continue=True)
+    await agent.add_tool_result("b", error="no GPS")
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert texts(agent)[-1] == "partly"
+
+
+async def test_a_standalone_errored_result_without_auto_continue_does_not_continue() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="a")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "a")
+    await agent.add_tool_result("a", error="dismissed")
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(model.requests) == 1
+    model.assert_complete()
+
+
+async def test_an_approved_call_runs_in_the_continuation_through_before_tool_call() -> None:
+    model = ScriptedModel([tool_call("charge", {"amount": 42}, id="p1"), text("paid")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    chunks = await agent.chat("pay 42").collect()
+    assert [c.type for c in chunks if c.type.startswith("tool-")][-1] == "tool-approval-request"
+    assert parts_of(agent) == {"p1": ("approval-requested", None)}
+    assert agent.charged == [] and agent.has_pending_interaction()
+
+    assert await agent.add_tool_approval("p1", True, auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+
+    assert agent.charged == [42]  # once, after approval
+    assert parts_of(agent) == {"p1": ("output-available", "charged 42")}
+    [part] = [p for m in agent.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert part.approval is not None and part.approval.approved is True
+    assert texts(agent)[-1] == "paid"
+    assert [c.tool_name for c in agent.contexts("before_tool_call")] == ["charge"]  # the outer gate after approval
+
+
+async def test_a_denied_call_never_runs_and_the_model_sees_the_denial() -> None:
+    model = ScriptedModel([tool_call("charge", {"amount": 42}, id="p1"), text("ok, not paying")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("pay 42").collect()
+    await agent.add_tool_approval("p1", False, reason="too expensive", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert agent.charged == []
+    assert parts_of(agent)["p1"][0] == "output-denied"
+    tool_message = next(m for m in model.requests[1].messages if m["role"] == "tool")
+    assert tool_message["content"] == "The tool call was denied: too expensive."
+
+
+async def test_an_approved_call_that_fails_settles_with_its_error() -> None:
+    model = ScriptedModel([tool_call("charge", {"amount": -1}, id="p1"), text("it failed")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("refund me by charging -1").collect()
+    await agent.add_tool_approval("p1", True, auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert parts_of(agent) == {"p1": ("output-error", "negative amounts cannot be charged")}
+
+
+async def test_approval_by_predicate_and_results_for_calls_awaiting_approval() -> None:
+    model = ScriptedModel(
+        [step(tool_call("refund", {"amount": 5}, id="small"), tool_call("refund", {"amount": 500}, id="big"))]
+    )
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("refund both").collect()
+    assert parts_of(agent) == {"small": ("output-available", "refunded 5"), "big": ("approval-requested", None)}
+    # A result may also answer a call that awaits approval (the client answered for it).
+    assert await agent.add_tool_result("big", "handled by a person")
+    assert parts_of(agent)["big"] == ("output-available", "handled by a person")

@@ -1,0 +1,200 @@
+"""Client tool results, tool approvals, and the auto-continuation barrier (reference §1.9).
+
+A result or an approval is applied to the stored assistant message holding the call (first write wins), in
+arrival order. With ``auto_continue`` it arms the continuation: after 50 ms of quiet (so the results of one batch
+coalesce), and only once no call of the latest assistant message still waits for an answer (the whole-batch
+barrier), a continuation turn runs — it executes approved calls through the hooks, then asks the model to go on.
+A continuation already running defers the next one until it ends. A result without ``auto_continue`` only
+re-arms an armed continuation, never creates one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..messages import ToolApproval, ToolPart, UIMessage, new_id
+from ..tools import _jsonable
+from .engine import Engine
+
+log = logging.getLogger("think_actors")
+
+COALESCE_S = 0.05
+WAITING = ("input-available", "approval-requested")
+DENIED = "Tool execution denied by user"
+
+
+class Interactions:
+    """One agent's tool results, approvals and pending continuation."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = asyncio.Lock()  # the apply chain: one read-modify-write at a time, in arrival order
+        self._armed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: asyncio.Task[None] | None = None
+        self._deferred = False
+        self._changed = asyncio.Event()  # set at every apply, arm, fire and continuation end
+
+    # ------------------------------------------------------------------ applying answers
+
+    async def add_tool_result(
+        self, tool_call_id: str, *, output: Any = None, error: str | None = None, auto_continue: bool = False
+    ) -> bool:
+        """Settle a waiting call with ``output`` (or ``error``); False when no call waits under that id."""
+
+        def settle(part: ToolPart) -> ToolPart | None:
+            if part.state not in (*WAITING, "approval-responded"):
+                return None  # already settled: the first answer wins
+            if error is not None:
+                return part.model_copy(update={"state": "output-error", "error_text": error})
+            return part.model_copy(update={"state": "output-available", "output": _jsonable(output)})
+
+        return await self._apply(tool_call_id, settle, auto_continue)
+
+    async def add_tool_approval(
+        self, tool_call_id: str, approved: bool, *, reason: str | None = None, auto_continue: bool = False
+    ) -> bool:
+        """Approve (the continuation runs the call) or deny (the model sees the denial) a call that waits."""
+
+        def answer(part: ToolPart) -> ToolPart | None:
+            if part.state not in WAITING:
+                return None
+            approval = ToolApproval(
+                id=part.approval.id if part.approval else tool_call_id, approved=approved, reason=reason
+            )
+            state = "approval-responded" if approved else "output-denied"
+            return part.model_copy(update={"state": state, "approval": approval})
+
+        return await self._apply(tool_call_id, answer, auto_continue)
+
+    async def _apply(self, tool_call_id: str, change: Any, auto_continue: bool) -> bool:
+        if not isinstance(tool_call_id, str) or not tool_call_id:
+            raise ConfigurationError("a tool result or approval needs the tool call id it answers")
+        engine = self.engine
+        await engine.ensure_started()
+        async with self._lock:
+            for message in reversed(engine.messages):
+                for index, part in enumerate(message.parts):
+                    if isinstance(part, ToolPart) and part.tool_call_id == tool_call_id:
+                        updated = change(part)
+                        if updated is None:
+                            return False
+                        parts = (*message.parts[:index], updated, *message.parts[index + 1 :])
+                        changed = message.model_copy(update={"parts": parts})
+                        await engine.replace(changed)
+                        engine.publish("message:updated", {"message": changed.to_wire()})
+                        self._changed.set()
+                        break
+                else:
+                    continue
+                break
+            else:
+                return False
+        if auto_continue:
+            self._armed = True
+        if self._armed:
+            self._arm()
+        return True
+
+    # ------------------------------------------------------------------ the barrier
+
+    def pending(self) -> bool:
+        """Whether a call of the latest assistant message waits for a person or a client."""
+        latest = _latest_assistant(self.engine.messages)
+        if latest is None:
+            return False
+        return any(isinstance(p, ToolPart) and p.state in WAITING for p in latest.parts)
+
+    def _arm(self) -> None:
+        self._changed.set()
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self._fire)
+
+    def rearm(self) -> None:
+        """After a stream ends: an armed continuation held back by it gets its chance."""
+        if self._armed:
+            self._arm()
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self._running is not None and not self._running.done():
+            self._deferred = True  # runs after the current continuation
+            return
+        if self.engine.queue.busy:
+            return  # a stream is active: the batch may still grow; its end re-arms
+        if self.pending():
+            return  # a sibling's answer is still missing: its arrival re-runs the check
+        self._armed = False
+        self._running = asyncio.get_running_loop().create_task(self._continue(), context=contextvars.Context())
+
+    async def _continue(self) -> None:
+        from .driver import TurnSpec, turn_stream
+
+        engine = self.engine
+        request_id = new_id()
+        spec = TurnSpec(
+            request_id=request_id,
+            trigger="auto-continuation",
+            signal=engine.aborts.signal(request_id),
+            generation=engine.queue.generation,
+            continuation=True,
+        )
+        live = engine.recovery.follow(request_id)
+        try:
+            async for chunk in turn_stream(engine, spec):
+                live.chunks.append(chunk)
+                live.changed.set()
+        except Exception:
+            log.exception("auto-continuation %s failed", request_id)
+        finally:
+            live.done = True
+            live.status = spec.outcome.status
+            live.changed.set()
+        if self._deferred:
+            self._deferred = False
+            self._armed = True
+            self._arm()
+        self._changed.set()
+
+    def stable(self) -> bool:
+        running = self._running is not None and not self._running.done()
+        return not (self.engine.queue.busy or self._armed or running or self._timer is not None or self.pending())
+
+    async def wait_until_stable(self, timeout_s: float | None) -> None:
+        """Until no turn runs or waits, no call waits for an answer, and no continuation is armed or running."""
+
+        async def stable() -> None:
+            while True:
+                await self.engine.queue.wait_idle()
+                if self.stable():
+                    return
+                self._changed.clear()
+                if self.stable():
+                    return
+                with contextlib.suppress(TimeoutError):  # queue changes are not signalled here: look again soon
+                    await asyncio.wait_for(self._changed.wait(), 0.05)
+
+        await asyncio.wait_for(stable(), timeout_s)
+
+
+def _latest_assistant(messages: list[UIMessage]) -> UIMessage | None:
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return message
+        if message.role == "user":
+            return None
+    return None
+
+
+def approved_calls(messages: list[UIMessage]) -> tuple[UIMessage | None, list[ToolPart]]:
+    """The latest assistant message and its calls a person approved that have not run yet."""
+    latest = _latest_assistant(messages)
+    if latest is None:
+        return None, []
+    return latest, [p for p in latest.parts if isinstance(p, ToolPart) and p.state == "approval-responded"]

@@ -380,3 +380,28 @@ async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() ->
         await ws.send_str(json.dumps(bad))
         error_frame = await receive_until(ws, lambda f: f["type"] == "think_actors_error")
         assert "approved: true or false" in error_frame[-1]["error"]
+
+
+async def test_a_tab_that_reconnects_mid_stream_resumes_the_whole_answer(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([step(text("first half, "), delay(0.3), text("second half"))]))
+    ws = await client.ws_connect("/agents/helper/resume")
+    await ws.receive()
+    await ws.send_str(request("r", user("tell me", "u1")))
+    await receive_until(ws, lambda f: f["type"] == "cf_agent_use_chat_response" and "first half" in f["body"])
+    await ws.close()  # the tab reloads while the answer streams
+
+    again = await client.ws_connect("/agents/helper/resume")
+    hello = json.loads((await asyncio.wait_for(again.receive(), WAIT_S)).data)
+    assert hello == {"type": "cf_agent_stream_resuming", "id": "r"}  # not the transcript: it would clobber the reply
+    await again.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r"}))
+    frames = await receive_until(again, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
+    text_so_far = "".join(
+        json.loads(f["body"])["delta"] for f in frames if f["body"] and json.loads(f["body"])["type"] == "text-delta"
+    )
+    assert text_so_far == "first half, second half"
+    replayed = [f for f in frames if f.get("replay")]
+    assert replayed and replayed[0]["body"] and json.loads(replayed[0]["body"])["type"] == "start"
+    assert any(f.get("replayComplete") for f in frames)
+    await again.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p1"}))
+    idle = await receive_until(again, lambda f: f["type"] == "cf_agent_stream_resume_none")
+    assert idle[-1] == {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": "p1"}

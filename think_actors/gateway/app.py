@@ -82,16 +82,29 @@ class RayDirectory(AgentDirectory):
         return await spawn(self.agent_class(slug), name)
 
 
+class _Stream:
+    """The response frames of one turn so far, for sockets that resume it (reference §3.7)."""
+
+    def __init__(self, request_id: str, continuation: bool) -> None:
+        self.request_id = request_id
+        self.continuation = continuation
+        self.frames: list[dict[str, Any]] = []
+        self.done = False
+
+
 class _Room:
-    """The sockets of one agent, and the agent's events that every one of them must see."""
+    """The sockets of one agent, the agent's events that every one of them must see, and its streams."""
 
     def __init__(self) -> None:
         self.sockets: set[web.WebSocketResponse] = set()
         self.unsubscribe: list[Callable[[], None]] = []
+        self.active: _Stream | None = None  # the stream running now
+        self.last: _Stream | None = None  # the last one that ended
+        self.resuming: set[web.WebSocketResponse] = set()  # told RESUMING, replay after their ACK
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
         for ws in list(self.sockets):
-            if ws is skip or ws.closed:
+            if ws is skip or ws.closed or ws in self.resuming:
                 continue
             try:
                 await ws.send_str(text)
@@ -175,7 +188,11 @@ class Gateway:
             await self._follow(room, agent)
         room.sockets.add(ws)
         try:
-            await self._send_messages(ws, agent)
+            if room.active is not None:
+                # A stream is running: the transcript would clobber the client's partial reply (reference).
+                await self._offer_resume(ws, room, None)
+            else:
+                await self._send_messages(ws, agent)
             async for message in ws:
                 if message.type == WSMsgType.TEXT:
                     await self._frame(ws, room, agent, message.data)
@@ -185,6 +202,7 @@ class Gateway:
                     break
         finally:
             room.sockets.discard(ws)
+            room.resuming.discard(ws)
         return ws
 
     async def _frame(self, ws: web.WebSocketResponse, room: _Room, agent: Any, text: str) -> None:
@@ -206,6 +224,15 @@ class Gateway:
                 await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
+            elif kind == protocol.STREAM_RESUME_REQUEST:
+                probe = frame.get("probeId")
+                if room.active is not None:
+                    await self._offer_resume(ws, room, probe)
+                else:
+                    reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "idle"}
+                    await ws.send_str(json.dumps({**reply, **({"probeId": probe} if probe else {})}))
+            elif kind == protocol.STREAM_RESUME_ACK:
+                await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
                 call = protocol.tool_call_id(frame)
                 error = None
@@ -244,19 +271,8 @@ class Gateway:
     async def _run_turn(self, room: _Room, agent: Any, request_id: str, body: dict[str, Any], new: int) -> None:
         custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
         client_tools = body.get("clientTools") or None
-        try:
-            stream = agent.chat([], request_id=request_id, body=custom, client_tools=client_tools)
-            async for chunk in stream:
-                if chunk.type == "error":
-                    await room.send(protocol.response_frame(request_id, chunk.error_text, done=False, error=True))
-                else:
-                    await room.send(protocol.response_frame(request_id, json.dumps(chunk.to_wire()), done=False))
-            await room.send(protocol.response_frame(request_id, "", done=True))
-        except Exception as err:
-            text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__
-            log.warning("turn %s through the gateway failed: %s", request_id, text)
-            await room.send(protocol.response_frame(request_id, text, done=True, error=True))
-        await self._broadcast_messages(room, agent)
+        stream = agent.chat([], request_id=request_id, body=custom, client_tools=client_tools)
+        await self._pump(room, agent, request_id, stream, continuation=False)
 
     async def _follow(self, room: _Room, agent: Any) -> None:
         """Relay what the agent does without a socket asking: message updates, and the streams of background
@@ -264,35 +280,80 @@ class Gateway:
 
         def on_message(event: Any) -> None:
             if event.type == "message:updated":
-                self._spawn(
-                    room.send(json.dumps({"type": protocol.MESSAGE_UPDATED, "message": event.payload["message"]}))
-                )
+                frame = {"type": protocol.MESSAGE_UPDATED, "message": event.payload["message"]}
+                self._spawn(room.send(json.dumps(frame)))
 
         def on_chat(event: Any) -> None:
             if event.type == "chat:turn:start" and event.payload.get("trigger") in _BACKGROUND:
-                self._spawn(
-                    self._relay(room, agent, event.payload["requestId"], bool(event.payload.get("continuation")))
-                )
+                request_id = event.payload["requestId"]
+                continuation = bool(event.payload.get("continuation"))
+                self._spawn(self._pump(room, agent, request_id, agent.attach(request_id), continuation=continuation))
 
         room.unsubscribe.append(await agent.observe("agents:message", on_message))
         room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
 
-    async def _relay(self, room: _Room, agent: Any, request_id: str, continuation: bool) -> None:
+    async def _pump(self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool) -> None:
+        """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes."""
+        stream = room.active = _Stream(request_id, continuation)
+
+        async def send(frame: dict[str, Any]) -> None:
+            stream.frames.append(frame)
+            await room.send(json.dumps(frame))
+
         try:
-            async for chunk in agent.attach(request_id):
+            async for chunk in chunks:
                 if chunk.type == "error":
-                    frame = protocol.response_frame(
-                        request_id, chunk.error_text, done=False, error=True, continuation=continuation
+                    await send(
+                        protocol.response(
+                            request_id, chunk.error_text, done=False, error=True, continuation=continuation
+                        )
                     )
                 else:
-                    frame = protocol.response_frame(
-                        request_id, json.dumps(chunk.to_wire()), done=False, continuation=continuation
-                    )
-                await room.send(frame)
-            await room.send(protocol.response_frame(request_id, "", done=True, continuation=continuation))
-        except ThinkError as err:
-            log.warning("could not follow background turn %s: %s", request_id, err.message)
+                    body = json.dumps(chunk.to_wire())
+                    await send(protocol.response(request_id, body, done=False, continuation=continuation))
+            await send(protocol.response(request_id, "", done=True, continuation=continuation))
+        except Exception as err:
+            text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__
+            log.warning("turn %s through the gateway failed: %s", request_id, text)
+            await send(protocol.response(request_id, text, done=True, error=True, continuation=continuation))
+        finally:
+            stream.done = True
+            if room.active is stream:
+                room.active = None
+            room.last = stream
         await self._broadcast_messages(room, agent)
+
+    async def _offer_resume(self, ws: web.WebSocketResponse, room: _Room, probe: Any) -> None:
+        assert room.active is not None
+        room.resuming.add(ws)
+        frame = {"type": protocol.STREAM_RESUMING, "id": room.active.request_id}
+        await ws.send_str(json.dumps({**frame, **({"probeId": probe} if probe else {})}))
+
+    async def _replay(self, ws: web.WebSocketResponse, room: _Room, request_id: Any) -> None:
+        """After an ACK: every frame of the stream so far (``replay``), then live frames again."""
+        stream = room.active if room.active is not None and room.active.request_id == request_id else None
+        if stream is None and room.last is not None and room.last.request_id == request_id:
+            stream = room.last
+        if stream is None:
+            room.resuming.discard(ws)
+            await ws.send_str(json.dumps(protocol.response(str(request_id or ""), "", done=True, replay=True)))
+            return
+        # The socket stays out of the live broadcast until it has every frame so far, so none is sent twice or
+        # out of order; the last check and leaving the resuming set happen with no await between them.
+        sent = 0
+        marked = False
+        while True:
+            while sent < len(stream.frames):
+                await ws.send_str(json.dumps({**stream.frames[sent], "replay": True}))
+                sent += 1
+            if not marked and not stream.done:
+                marked = True
+                marker = protocol.response(stream.request_id, "", done=False, replay=True, replayComplete=True)
+                await ws.send_str(json.dumps(marker))
+                continue
+            if sent == len(stream.frames):
+                room.resuming.discard(ws)
+                return
 
     async def _send_messages(self, ws: web.WebSocketResponse, agent: Any) -> None:
         messages = await agent.get_messages()

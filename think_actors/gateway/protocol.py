@@ -18,6 +18,10 @@ __all__ = [
     "CHAT_RESPONSE",
     "ERROR",
     "MESSAGE_UPDATED",
+    "STREAM_RESUME_ACK",
+    "STREAM_RESUME_NONE",
+    "STREAM_RESUME_REQUEST",
+    "STREAM_RESUMING",
     "TOOL_APPROVAL",
     "TOOL_RESULT",
     "FrameError",
@@ -34,9 +38,24 @@ CHAT_MESSAGES = "cf_agent_chat_messages"
 MESSAGE_UPDATED = "cf_agent_message_updated"
 TOOL_RESULT = "cf_agent_tool_result"
 TOOL_APPROVAL = "cf_agent_tool_approval"
+STREAM_RESUME_REQUEST = "cf_agent_stream_resume_request"
+STREAM_RESUME_ACK = "cf_agent_stream_resume_ack"
+STREAM_RESUMING = "cf_agent_stream_resuming"
+STREAM_RESUME_NONE = "cf_agent_stream_resume_none"
 ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
 
-KNOWN = frozenset({CHAT_REQUEST, CHAT_REQUEST_CANCEL, CHAT_CLEAR, CHAT_MESSAGES, TOOL_RESULT, TOOL_APPROVAL})
+KNOWN = frozenset(
+    {
+        CHAT_REQUEST,
+        CHAT_REQUEST_CANCEL,
+        CHAT_CLEAR,
+        CHAT_MESSAGES,
+        TOOL_RESULT,
+        TOOL_APPROVAL,
+        STREAM_RESUME_REQUEST,
+        STREAM_RESUME_ACK,
+    }
+)
 
 
 class FrameError(ValueError):
@@ -72,12 +91,16 @@ def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return request_id, body
 
 
-def response_frame(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> str:
+def response(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> dict[str, Any]:
     frame: dict[str, Any] = {"type": CHAT_RESPONSE, "id": request_id, "body": body, "done": done}
     if error:
         frame["error"] = True
     frame.update((k, v) for k, v in flags.items() if v)
-    return json.dumps(frame)
+    return frame
+
+
+def response_frame(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> str:
+    return json.dumps(response(request_id, body, done=done, error=error, **flags))
 
 
 def tool_call_id(frame: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ import hmac
 import json
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -32,6 +33,7 @@ __all__ = ["AgentDirectory", "Gateway", "LocalDirectory", "RayDirectory"]
 log = logging.getLogger("think_actors.gateway")
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+_PAGE = Path(__file__).with_name("static") / "index.html"
 _BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
 _BACKGROUND = frozenset({"auto-continuation", "recovery", "submission"})
 DENIED = "Tool execution denied by user"
@@ -132,6 +134,7 @@ class Gateway:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
+        app.router.add_get("/", self._page)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/agents/{cls}/{name}/get-messages", self._get_messages)
         app.router.add_get("/agents/{cls}/{name}", self._socket)
@@ -158,6 +161,10 @@ class Gateway:
         if header.lower().startswith("bearer "):
             given = header[7:]
         return hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _page(self, request: web.Request) -> web.Response:
+        """The chat page: plain HTML and script, no build step."""
+        return web.Response(text=_PAGE.read_text(encoding="utf-8"), content_type="text/html")
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, "classes": sorted(self.directory.classes)})

@@ -103,6 +103,8 @@ class _Room:
         self.active: _Stream | None = None  # the stream running now
         self.last: _Stream | None = None  # the last one that ended
         self.resuming: set[web.WebSocketResponse] = set()  # told RESUMING, replay after their ACK
+        self.parked: dict[web.WebSocketResponse, Any] = {}  # told PENDING: a continuation is on its way
+        self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
         for ws in list(self.sockets):
@@ -210,6 +212,7 @@ class Gateway:
         finally:
             room.sockets.discard(ws)
             room.resuming.discard(ws)
+            room.parked.pop(ws, None)
         return ws
 
     async def _frame(self, ws: web.WebSocketResponse, room: _Room, agent: Any, text: str) -> None:
@@ -235,6 +238,12 @@ class Gateway:
                 probe = frame.get("probeId")
                 if room.active is not None:
                     await self._offer_resume(ws, room, probe)
+                elif room.expecting:
+                    # An auto-continuation is armed (coalescing): answer when its stream starts (reference).
+                    room.parked[ws] = probe
+                    await ws.send_str(
+                        json.dumps({"type": protocol.STREAM_PENDING, **({"probeId": probe} if probe else {})})
+                    )
                 else:
                     reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "idle"}
                     await ws.send_str(json.dumps({**reply, **({"probeId": probe} if probe else {})}))
@@ -245,6 +254,7 @@ class Gateway:
                 error = None
                 if frame.get("state") == "output-error":
                     error = frame.get("errorText") or DENIED
+                room.expecting = room.expecting or bool(frame.get("autoContinue"))
                 await agent.add_tool_result(
                     call, frame.get("output"), error=error, auto_continue=bool(frame.get("autoContinue"))
                 )
@@ -302,6 +312,12 @@ class Gateway:
     async def _pump(self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool) -> None:
         """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes."""
         stream = room.active = _Stream(request_id, continuation)
+        if continuation:
+            room.expecting = False
+        for parked, probe in list(room.parked.items()):  # sockets waiting for this stream to start
+            room.parked.pop(parked, None)
+            if not parked.closed:
+                await self._offer_resume(parked, room, probe)
 
         async def send(frame: dict[str, Any]) -> None:
             stream.frames.append(frame)

@@ -18,6 +18,7 @@ __all__ = [
     "CHAT_RESPONSE",
     "ERROR",
     "MESSAGE_UPDATED",
+    "STREAM_PENDING",
     "STREAM_RESUME_ACK",
     "STREAM_RESUME_NONE",
     "STREAM_RESUME_REQUEST",
@@ -42,6 +43,7 @@ STREAM_RESUME_REQUEST = "cf_agent_stream_resume_request"
 STREAM_RESUME_ACK = "cf_agent_stream_resume_ack"
 STREAM_RESUMING = "cf_agent_stream_resuming"
 STREAM_RESUME_NONE = "cf_agent_stream_resume_none"
+STREAM_PENDING = "cf_agent_stream_pending"
 ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
 
 KNOWN = frozenset(

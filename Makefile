@@ -36,11 +36,12 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Benchmarks: harness vs a bare loop; 10,000-message history; Ray streaming, fan-out, memory; crash recovery
+bench: $(STAMP) ## Benchmarks: harness vs bare loop; 10k-message history; Ray; crash recovery; 100 WebSocket clients
 	$(PY) scripts/bench_turn.py
 	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
 	$(PY) scripts/bench_recovery.py
+	$(PY) scripts/bench_gateway.py
 
 clean: ## Remove .venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -162,3 +162,21 @@ class RecoveringAgent(ta.Think):
     async def on_chunk(self, ctx: ta.ChunkContext) -> None:
         if ctx.type == "text-delta":
             await self.clock.resume.remote(time.time())
+
+
+# ------------------------------------------------------------------ scripts/bench_gateway.py
+
+
+class _Chatty:
+    """Stateless: answers every request with 20 text chunks (each agent of the load test gets the same)."""
+
+    model_id = "chatty"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        for i in range(20):
+            yield TextDelta(f"word{i} ")
+        yield FinishEvent("stop", Usage())
+
+
+class LoadAgent(ta.Think):
+    model = _Chatty()

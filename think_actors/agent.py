@@ -109,6 +109,9 @@ class Think:
         data_dir: Where SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
         context_overflow: Context-window overflow recovery (``ContextOverflowConfig``); None (the default) is off.
         chat_recovery: How turns a crash interrupted are finished after a restart (``ChatRecoveryConfig``).
+        message_concurrency: What the gateway does with a chat request that arrives while a turn runs: ``"queue"``
+            (default), ``"latest"`` / ``"merge"`` (only the newest runs, seeing every message), ``"drop"``,
+            ``{"strategy": "debounce", "debounce_ms": 750}``, or ``"steer"`` (it joins the running turn).
         chat_stream_stall_timeout_s: The stream watchdog: a model stream silent for longer is stopped, its partial
             reply kept, and the turn resumed by the same bounded recovery as after a crash. None (default): off.
     """
@@ -123,6 +126,7 @@ class Think:
     context_overflow: ContextOverflowConfig | None = None
     chat_recovery: ChatRecoveryConfig = ChatRecoveryConfig()
     chat_stream_stall_timeout_s: float | None = None
+    message_concurrency: str | dict[str, Any] = "queue"
 
     def __init__(
         self,
@@ -439,6 +443,19 @@ class Think:
                 await engine.store.append_message(message, parent)
             parent = message.id
         await engine.reload()
+
+    async def steer(self, messages: Any) -> bool:
+        """Add messages to the turn running now: they are stored and join its next step's request.
+
+        Returns False (and stores nothing) when no turn runs, or the running turn will not take another step;
+        send them as a turn of their own then. The gateway's ``message_concurrency = "steer"`` uses this.
+        """
+        engine = self._engine
+        items = normalize_input(messages)
+        if not items or engine.queue.active_request_id is None:
+            return False
+        engine.steered.extend(items)
+        return True
 
     async def add_tool_result(
         self, tool_call_id: str, output: Any = None, *, error: str | None = None, auto_continue: bool = False

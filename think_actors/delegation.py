@@ -87,6 +87,9 @@ class LocalAgentHandle:
         result: AsyncIterator[Any] = self.agent.attach(request_id)
         return result
 
+    async def steer(self, messages: Any) -> bool:
+        return bool(await self.agent.steer(messages))
+
     async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
         return bool(await self.agent.add_tool_result(tool_call_id, output, **options))
 

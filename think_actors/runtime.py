@@ -376,6 +376,10 @@ class AgentHandle:
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         await self._forward("wait_until_stable", timeout_s=timeout_s)
 
+    async def steer(self, messages: Any) -> bool:
+        """``Think.steer`` on the actor."""
+        return bool(await self._forward("steer", messages))
+
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await _call(self._actor.forward.remote(method, args, kwargs))
 
@@ -422,6 +426,7 @@ _FORWARDED_METHODS = frozenset(
     {
         "add_tool_result",
         "add_tool_approval",
+        "steer",
         "wait_until_stable",
         "submit_messages",
         "inspect_submission",

@@ -397,8 +397,16 @@ async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
 
     A turn stopped to be resumed keeps its record and goes to recovery, which finishes it (and its submission).
     """
+    engine = journal.engine
+    if engine.steered:
+        # Steered in after this turn's last step: they run as the next turn instead of being lost.
+        leftover, engine.steered = engine.steered, []
+        try:
+            await engine.agent.submit_messages(leftover)
+        except Exception:
+            log.exception("could not queue the messages steered into turn %s", spec.request_id)
     if journal.resume:
-        journal.engine.recovery.schedule(journal.record)
+        engine.recovery.schedule(journal.record)
         return
     if spec.on_finished is not None:
         try:

@@ -66,6 +66,7 @@ class Engine:
         self.queue = TurnQueue()
         self.aborts = AbortRegistry()
         self.emitted: list[Any] = []
+        self.steered: list[UIMessage] = []  # messages that join the running turn at its next step
         self.children: dict[str, Any] = {}
         self.agent_runs: dict[str, Any] = {}
         self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor

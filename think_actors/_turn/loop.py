@@ -42,6 +42,7 @@ from ..models import (
     Usage,
     resolve_model,
 )
+from .convert import to_model_messages
 from .overflow import proactive_messages
 from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
@@ -121,12 +122,19 @@ def _step_messages(text: str, calls: list[Any], results: list[ToolResult]) -> li
 
 async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     agent = run.agent
+    agent_engine = run.engine
     on_chunk = run.on_chunk
     signal = run.signal
     for step_number in range(run.max_steps):
         if signal.aborted:  # never start a model request for a turn already aborted (the caller reports it)
             return
         run.step_number = step_number
+        if agent_engine.steered and step_number > 0:
+            # Messages sent while the turn ran join it here ("steer"): stored, and in this step's request.
+            joining, agent_engine.steered = agent_engine.steered, []
+            for message in joining:
+                await agent_engine.append(message)
+            run.messages = [*run.messages, *to_model_messages(joining)]
         if run.context_overflow is not None and run.context_overflow.proactive is not None and run.steps:
             await proactive_messages(run)
         step_cfg = (

@@ -104,6 +104,11 @@ class _Room:
         self.last: _Stream | None = None  # the last one that ended
         self.resuming: set[web.WebSocketResponse] = set()  # told RESUMING, replay after their ACK
         self.parked: dict[web.WebSocketResponse, Any] = {}  # told PENDING: a continuation is on its way
+        self.agent_class: type[Think] | None = None
+        self.turns = asyncio.Lock()  # the room's chat requests, one at a time, in arrival order
+        self.in_flight = 0  # chat requests accepted and not yet done
+        self.newest = 0  # the newest overlapping request's sequence number (latest / merge / debounce)
+        self.sequence = 0
         self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
@@ -194,6 +199,7 @@ class Gateway:
         room = self._rooms.get(key)
         if room is None:
             room = self._rooms[key] = _Room()
+            room.agent_class = self.directory.agent_class(request.match_info["cls"])
             await self._follow(room, agent)
         room.sockets.add(ws)
         try:
@@ -224,12 +230,12 @@ class Gateway:
             kind = frame["type"]
             if kind == protocol.CHAT_REQUEST:
                 request_id, body = protocol.chat_request(frame)
-                new = await self._persist(ws, room, agent, body)
-                self._spawn(self._run_turn(room, agent, request_id, body, new))
+                await self._chat_request(ws, room, agent, request_id, body)
             elif kind == protocol.CHAT_REQUEST_CANCEL:
                 if isinstance(frame.get("id"), str):
                     await agent.cancel_chat(frame["id"])
             elif kind == protocol.CHAT_CLEAR:
+                room.newest = room.sequence  # submits after a clear do not overlap the ones before it
                 await agent.clear()
                 await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
@@ -272,24 +278,79 @@ class Gateway:
         except ThinkError as err:
             await _error(ws, err.message)
 
-    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
-        """Store the request's messages the server does not have yet, before the turn is queued."""
+    async def _new_messages(self, agent: Any, body: dict[str, Any]) -> list[UIMessage]:
+        """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
         try:
             incoming = [UIMessage.model_validate(m) for m in body["messages"]]
         except ValueError as err:
             raise FrameError(f"a message of the request is not a UIMessage: {err}") from None
         known = {m.id for m in await agent.get_messages()}
-        new = [m for m in incoming if m.id not in known]
+        return [m for m in incoming if m.id not in known]
+
+    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
+        """Store the request's messages the server does not have yet, before the turn is queued."""
+        new = await self._new_messages(agent, body)
         if new:
             await agent.add_messages(new)
             await self._broadcast_messages(room, agent, skip=ws)
         return len(new)
 
-    async def _run_turn(self, room: _Room, agent: Any, request_id: str, body: dict[str, Any], new: int) -> None:
-        custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
-        client_tools = body.get("clientTools") or None
-        stream = agent.chat([], request_id=request_id, body=custom, client_tools=client_tools)
-        await self._pump(room, agent, request_id, stream, continuation=False)
+    async def _chat_request(
+        self, ws: web.WebSocketResponse, room: _Room, agent: Any, request_id: str, body: dict[str, Any]
+    ) -> None:
+        """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
+        strategy, debounce_s = _concurrency(room.agent_class)
+        submit = body.get("trigger", "submit-message") != "regenerate-message"
+        overlapping = submit and room.in_flight > 0
+        if overlapping and strategy == "drop":
+            # Rejected before anything is stored: the sender's optimistic message is rolled back.
+            await self._send_messages(ws, agent)
+            await ws.send_str(protocol.response_frame(request_id, "", done=True))
+            return
+        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, body)):
+            await ws.send_str(protocol.response_frame(request_id, "", done=True))  # it joined the running turn
+            return
+        # Not overlapping: stored now, before the turn is queued (reference). Overlapping: stored when its turn
+        # reaches the front, so the history keeps the order in which the conversation happened (the running
+        # turn's reply before the messages that arrived while it ran).
+        held = await self._new_messages(agent, body) if overlapping else None
+        if held is None:
+            await self._persist(ws, room, agent, body)
+        room.sequence += 1
+        sequence = room.sequence
+        if overlapping and strategy in ("latest", "merge", "debounce"):
+            room.newest = sequence
+        room.in_flight += 1
+        self._spawn(self._run_turn(room, agent, request_id, body, sequence, strategy, debounce_s, ws, held or []))
+
+    async def _run_turn(
+        self,
+        room: _Room,
+        agent: Any,
+        request_id: str,
+        body: dict[str, Any],
+        sequence: int,
+        strategy: str,
+        debounce_s: float,
+        sender: web.WebSocketResponse,
+        held: list[UIMessage],
+    ) -> None:
+        try:
+            if strategy == "debounce" and sequence == room.newest:
+                await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
+            async with room.turns:
+                if strategy in ("latest", "merge", "debounce") and sequence < room.newest:
+                    # Superseded: a newer message will answer, seeing this one too (it is stored now).
+                    if held:
+                        await agent.add_messages(held)
+                    await sender.send_str(protocol.response_frame(request_id, "", done=True))
+                    return
+                custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
+                client_tools = body.get("clientTools") or None
+                stream = agent.chat(held, request_id=request_id, body=custom, client_tools=client_tools)
+                await self._pump(room, agent, request_id, stream, continuation=False)
+        finally:
+            room.in_flight -= 1
 
     async def _follow(self, room: _Room, agent: Any) -> None:
         """Relay what the agent does without a socket asking: message updates, and the streams of background
@@ -407,6 +468,18 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _concurrency(cls: type[Think] | None) -> tuple[str, float]:
+    """The agent class's ``message_concurrency``: the strategy and the debounce wait in seconds."""
+    value: Any = getattr(cls, "message_concurrency", "queue")
+    if isinstance(value, dict):
+        ms = value.get("debounce_ms", value.get("debounceMs", 750))
+        return str(value.get("strategy", "queue")), (ms if isinstance(ms, int | float) and ms >= 0 else 750) / 1000
+    return (value if value in _STRATEGIES else "queue"), 0.75
+
+
+_STRATEGIES = frozenset({"queue", "latest", "merge", "drop", "debounce", "steer"})
 
 
 async def _error(ws: web.WebSocketResponse, text: str) -> None:

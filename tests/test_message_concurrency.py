@@ -1,0 +1,153 @@
+"""message_concurrency through the gateway (reference §2.3, plus "steer"): what a chat request that arrives while
+a turn runs does — queue, latest, merge, drop, debounce, steer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+import think_actors as ta
+from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.testing import ScriptedModel, delay, step, text, tool_call
+
+WAIT_S = 5
+
+
+def request(request_id: str, message_id: str, text_: str) -> str:
+    body = {"messages": [{"id": message_id, "role": "user", "parts": [{"type": "text", "text": text_}]}]}
+    return json.dumps(
+        {"type": "cf_agent_use_chat_request", "id": request_id, "init": {"method": "POST", "body": json.dumps(body)}}
+    )
+
+
+async def done_frames(ws: Any, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each request's response frames, until every one of ``ids`` is done."""
+    frames: dict[str, list[dict[str, Any]]] = {i: [] for i in ids}
+    finished: set[str] = set()
+    while finished != ids:
+        frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+        if frame["type"] == "cf_agent_use_chat_response" and frame["id"] in ids:
+            frames[frame["id"]].append(frame)
+            if frame["done"]:
+                finished.add(frame["id"])
+    return frames
+
+
+async def chat(
+    cls: type[ta.Think], model: ScriptedModel, sends: list[tuple[str, str, str]], gap_s: float = 0.05
+) -> tuple[Any, dict[str, Any], list[Any]]:
+    directory = LocalDirectory([cls], model=model, store=ta.MemoryStore())
+    client = TestClient(TestServer(Gateway(directory).app()))
+    await client.start_server()
+    ws = await client.ws_connect(f"/agents/{ta.kebab_case(cls.__name__)}/c")
+    await ws.receive()
+    for i, (request_id, message_id, text_) in enumerate(sends):
+        if i:
+            await asyncio.sleep(gap_s)  # the later requests arrive while the first turn runs
+        await ws.send_str(request(request_id, message_id, text_))
+    frames = await done_frames(ws, {r for r, _, _ in sends})
+    await asyncio.sleep(0.05)
+    messages = await (await client.get(f"/agents/{ta.kebab_case(cls.__name__)}/c/get-messages")).json()
+    await client.close()
+    return (
+        frames,
+        {"requests": len(model.requests)},
+        [(m["role"], "".join(p.get("text", "") for p in m["parts"])) for m in messages],
+    )
+
+
+def slow_then(*answers: str) -> ScriptedModel:
+    return ScriptedModel([step(text("first"), delay(0.3)), *(text(a) for a in answers)])
+
+
+class Queued(ta.Think):
+    message_concurrency = "queue"
+
+
+class Latest(ta.Think):
+    message_concurrency = "latest"
+
+
+class Merged(ta.Think):
+    message_concurrency = "merge"
+
+
+class Dropping(ta.Think):
+    message_concurrency = "drop"
+
+
+class Debounced(ta.Think):
+    message_concurrency = {"strategy": "debounce", "debounce_ms": 100}
+
+
+class Steered(ta.Think):
+    message_concurrency = "steer"
+
+    @ta.tool
+    async def look(self) -> str:
+        """Look around."""
+        await asyncio.sleep(0.2)
+        return "a room"
+
+
+def answered(frames: list[dict[str, Any]]) -> bool:
+    return any(f["body"] for f in frames)
+
+
+async def test_queue_runs_every_request_in_order() -> None:
+    frames, _, transcript = await chat(Queued, slow_then("second"), [("r1", "u1", "one"), ("r2", "u2", "two")])
+    assert answered(frames["r1"]) and answered(frames["r2"])
+    # The overlapping message is stored when its turn starts, so the history keeps the conversation's order.
+    assert transcript == [("user", "one"), ("assistant", "first"), ("user", "two"), ("assistant", "second")]
+
+
+async def test_latest_runs_only_the_newest_which_sees_every_message() -> None:
+    sends = [("r1", "u1", "one"), ("r2", "u2", "two"), ("r3", "u3", "three")]
+    model = slow_then("answer to two and three")
+    frames, stats, transcript = await chat(Latest, model, sends)
+    assert (answered(frames["r2"]), answered(frames["r3"])) == (False, True)
+    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert stats["requests"] == 2
+    assert transcript == [
+        ("user", "one"),
+        ("assistant", "first"),
+        ("user", "two"),
+        ("user", "three"),
+        ("assistant", "answer to two and three"),
+    ]
+    assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"][-2:] == ["two", "three"]
+
+
+async def test_merge_keeps_every_message_for_one_turn() -> None:
+    sends = [("r1", "u1", "one"), ("r2", "u2", "two"), ("r3", "u3", "three")]
+    _, stats, transcript = await chat(Merged, slow_then("both"), sends)
+    assert stats["requests"] == 2
+    assert [t for r, t in transcript if r == "user"] == ["one", "two", "three"]
+
+
+async def test_drop_refuses_an_overlapping_request_before_storing_it() -> None:
+    frames, stats, transcript = await chat(Dropping, slow_then(), [("r1", "u1", "one"), ("r2", "u2", "two")])
+    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert stats["requests"] == 1
+    assert transcript == [("user", "one"), ("assistant", "first")]
+
+
+async def test_debounce_waits_for_the_trailing_edge() -> None:
+    sends = [("r1", "u1", "one"), ("r2", "u2", "two"), ("r3", "u3", "three")]
+    frames, stats, transcript = await chat(Debounced, slow_then("after the pause"), sends, gap_s=0.03)
+    assert (answered(frames["r2"]), answered(frames["r3"])) == (False, True)
+    assert stats["requests"] == 2
+    assert transcript[-1] == ("assistant", "after the pause")
+
+
+async def test_steer_adds_the_message_to_the_running_turn_at_its_next_step() -> None:
+    model = ScriptedModel([tool_call("look", {}, id="l1"), text("I see you also asked about the door.")])
+    frames, stats, transcript = await chat(Steered, model, [("r1", "u1", "look around"), ("r2", "u2", "and the door?")])
+    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert stats["requests"] == 2  # one turn, two steps: no turn of its own for the steered message
+    assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"] == ["look around", "and the door?"]
+    assert ("user", "and the door?") in transcript
+    assert transcript[-1] == ("assistant", "I see you also asked about the door.")

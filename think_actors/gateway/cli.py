@@ -52,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--token", default=None, help="bearer token every request must carry")
     serve.add_argument("--local", action="store_true", help="run agents in this process instead of on Ray")
     serve.add_argument("--address", default=None, help="Ray address to join (default: start local Ray)")
+    serve.add_argument("--origin", action="append", default=None, help="allowed Origin (repeat; default: any)")
+    serve.add_argument("--max-frame-bytes", type=int, default=4 * 1024 * 1024, help="largest frame accepted")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -71,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         init(args.address)
         directory = RayDirectory(classes)
-    web.run_app(Gateway(directory, token=args.token).app(), host=args.host, port=args.port)
+    gateway = Gateway(directory, token=args.token, allowed_origins=args.origin, max_frame_bytes=args.max_frame_bytes)
+    web.run_app(gateway.app(), host=args.host, port=args.port)
     return 0
 
 

@@ -405,3 +405,23 @@ async def test_a_tab_that_reconnects_mid_stream_resumes_the_whole_answer(gateway
     await again.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p1"}))
     idle = await receive_until(again, lambda f: f["type"] == "cf_agent_stream_resume_none")
     assert idle[-1] == {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": "p1"}
+
+
+async def test_a_tab_that_was_away_replays_how_the_last_turn_failed(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([error(ta.ProviderError("upstream broke"), after=text("half an"))]))
+    ws = await client.ws_connect("/agents/helper/err")
+    await ws.receive()
+    await ws.send_str(request("r", user("hi", "u1")))
+    await frames_until_done(ws, "r")
+    await ws.close()
+
+    later = await client.ws_connect("/agents/helper/err")
+    assert json.loads((await later.receive()).data)["type"] == "cf_agent_chat_messages"  # idle: the transcript
+    await later.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))
+    resuming = await receive_until(later, lambda f: f["type"] == "cf_agent_stream_resuming")
+    assert resuming[-1]["id"] == "r"
+    await later.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r"}))
+    replay = await receive_until(later, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
+    assert all(f.get("replay") for f in replay)
+    assert [f["body"] for f in replay if f.get("error")] == ["upstream broke"]
+    assert "half an" in "".join(f["body"] for f in replay)

@@ -102,6 +102,7 @@ class _Room:
         self.unsubscribe: list[Callable[[], None]] = []
         self.active: _Stream | None = None  # the stream running now
         self.last: _Stream | None = None  # the last one that ended
+        self.terminal: _Stream | None = None  # the last stream, if it ended in an error nobody has replayed yet
         self.resuming: set[web.WebSocketResponse] = set()  # told RESUMING, replay after their ACK
         self.parked: dict[web.WebSocketResponse, Any] = {}  # told PENDING: a continuation is on its way
         self.agent_class: type[Think] | None = None
@@ -236,6 +237,7 @@ class Gateway:
                     await agent.cancel_chat(frame["id"])
             elif kind == protocol.CHAT_CLEAR:
                 room.newest = room.sequence  # submits after a clear do not overlap the ones before it
+                room.terminal = None
                 await agent.clear()
                 await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
@@ -244,6 +246,9 @@ class Gateway:
                 probe = frame.get("probeId")
                 if room.active is not None:
                     await self._offer_resume(ws, room, probe)
+                elif room.terminal is not None:
+                    # A tab that was away learns how the last turn failed: its frames, ending in the error.
+                    await self._offer_resume(ws, room, probe, room.terminal.request_id)
                 elif room.expecting:
                     # An auto-continuation is armed (coalescing): answer when its stream starts (reference).
                     room.parked[ws] = probe
@@ -299,6 +304,7 @@ class Gateway:
         self, ws: web.WebSocketResponse, room: _Room, agent: Any, request_id: str, body: dict[str, Any]
     ) -> None:
         """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
+        room.terminal = None  # a new turn supersedes the replay of an old error
         strategy, debounce_s = _concurrency(room.agent_class)
         submit = body.get("trigger", "submit-message") != "regenerate-message"
         overlapping = submit and room.in_flight > 0
@@ -405,12 +411,17 @@ class Gateway:
             if room.active is stream:
                 room.active = None
             room.last = stream
+            room.terminal = stream if any(f.get("error") for f in stream.frames) else None
         await self._broadcast_messages(room, agent)
 
-    async def _offer_resume(self, ws: web.WebSocketResponse, room: _Room, probe: Any) -> None:
-        assert room.active is not None
+    async def _offer_resume(
+        self, ws: web.WebSocketResponse, room: _Room, probe: Any, request_id: str | None = None
+    ) -> None:
+        if request_id is None:
+            assert room.active is not None
+            request_id = room.active.request_id
         room.resuming.add(ws)
-        frame = {"type": protocol.STREAM_RESUMING, "id": room.active.request_id}
+        frame = {"type": protocol.STREAM_RESUMING, "id": request_id}
         await ws.send_str(json.dumps({**frame, **({"probeId": probe} if probe else {})}))
 
     async def _replay(self, ws: web.WebSocketResponse, room: _Room, request_id: Any) -> None:

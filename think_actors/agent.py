@@ -322,12 +322,15 @@ class Think:
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
         output: Any = None,
+        branch_from: str | None = None,
     ) -> ChatStream:
         """Start a streamed turn: ``async for chunk in agent.chat("hi")``.
 
         ``message`` is a str, a UIMessage, a list of them, or a function of the transcript evaluated when the
         turn starts. ``client_tools`` are offered for this turn only; with ``on_client_tool_call``
         (``async (tool_name, input, tool_call_id) -> output``) they run inline, else a call ends the turn.
+        ``branch_from`` regenerates: the model sees the history up to that message, and the new reply is stored
+        as a sibling of the old one under it (a new branch; the old reply stays in the tree).
         A failed turn ends the stream with an ``error`` chunk whose text ``on_chat_error`` chose.
         """
         engine = self._engine
@@ -341,6 +344,7 @@ class Think:
             body=body,
             output=output,
             client_tools=_client_tools(client_tools, on_client_tool_call),
+            branch_from=branch_from,
         )
         return ChatStream(engine, spec)
 

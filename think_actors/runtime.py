@@ -284,6 +284,7 @@ class AgentHandle:
         request_id: str | None = None,
         output: Any = None,
         on_client_tool_call: Any = None,
+        branch_from: str | None = None,
     ) -> RemoteStream:
         """Stream a turn of the agent (chunks arrive in batches and are unbatched here)."""
         if on_client_tool_call is not None:
@@ -293,7 +294,13 @@ class AgentHandle:
         request_id = request_id or new_id()
         generator = self._actor.chat.options(num_returns="streaming").remote(
             message,
-            {"client_tools": client_tools, "body": body, "request_id": request_id, "output": output},
+            {
+                "client_tools": client_tools,
+                "body": body,
+                "request_id": request_id,
+                "output": output,
+                "branch_from": branch_from,
+            },
             chain.CHAIN.get(),
         )
         return RemoteStream(generator, request_id, resumable=True)

@@ -9,9 +9,19 @@ from .convert import repair_transcript, to_model_messages, truncate_older
 from .engine import Engine
 
 
-async def assemble_history(engine: Engine, request_id: str | None) -> tuple[list[UIMessage], list[dict[str, Any]]]:
-    """The repaired transcript and the model messages made of it (compaction overlay applied, older truncated)."""
-    repaired, changed, repaired_ids = repair_transcript(engine.messages, engine.agent.repair_interrupted_tool_part)
+async def assemble_history(
+    engine: Engine, request_id: str | None, branch_from: str | None = None
+) -> tuple[list[UIMessage], list[dict[str, Any]]]:
+    """The repaired transcript and the model messages made of it (compaction overlay applied, older truncated).
+
+    ``branch_from`` (a regeneration) cuts the transcript after that message: the new reply answers it.
+    """
+    history = engine.messages
+    if branch_from is not None:
+        ids = [m.id for m in history]
+        if branch_from in ids:
+            history = history[: ids.index(branch_from) + 1]
+    repaired, changed, repaired_ids = repair_transcript(history, engine.agent.repair_interrupted_tool_part)
     for message in changed:
         await engine.replace(message)
     if repaired_ids:

@@ -70,6 +70,7 @@ class TurnSpec:
     raise_setup_errors: bool = False  # blocking callers get the exception; streams get an error chunk
     output: Any = None  # structured output type, unless before_turn sets one
     submission_id: str | None = None
+    branch_from: str | None = None  # a regeneration: the id of the message the new reply answers
     recover: Any = None  # the TurnRecord of an interrupted turn this turn recovers
     should_apply: Callable[[], Awaitable[bool]] | None = None  # checked before the input is appended (submissions)
     on_applied: Callable[[], Awaitable[None]] | None = None  # after the input was appended
@@ -135,7 +136,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
     """Assemble the turn and apply ``before_turn``; raises on setup failures (stage ``turn``)."""
     agent = engine.agent
     try:
-        repaired, model_messages = await assemble_history(engine, spec.request_id)
+        repaired, model_messages = await assemble_history(engine, spec.request_id, spec.branch_from)
     except Exception as err:
         raise _StageError("transcript", err) from err
     if not model_messages:
@@ -625,7 +626,14 @@ async def _stream(
     persisted = current and acc.has_content
     if persisted:
         # Persist before releasing the slot, so the next turn sees this reply, and before on_chat_error (seed).
-        await engine.upsert(message)
+        if spec.branch_from is not None:
+            # A regeneration: the reply is a sibling of the old one, under the message it answers (the old reply
+            # stays in the tree); the active path now follows it.
+            if not await engine.store.update_message(message):
+                await engine.store.append_message(message, spec.branch_from)
+            await engine.reload()
+        else:
+            await engine.upsert(message)
         outcome.message = message
     error_text: str | None = None
     if status == "completed" and run.output_type is not None:

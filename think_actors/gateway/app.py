@@ -353,7 +353,10 @@ class Gateway:
                     return
                 custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
                 client_tools = body.get("clientTools") or None
-                stream = agent.chat(held, request_id=request_id, body=custom, client_tools=client_tools)
+                branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
+                stream = agent.chat(
+                    held, request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
+                )
                 await self._pump(room, agent, request_id, stream, continuation=False)
         finally:
             room.in_flight -= 1
@@ -479,6 +482,13 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _branch_point(body: dict[str, Any]) -> str | None:
+    """A regeneration answers the last message the client kept (it truncated its list there)."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    return last.get("id") if isinstance(last, dict) and isinstance(last.get("id"), str) else None
 
 
 def _concurrency(cls: type[Think] | None) -> tuple[str, float]:

@@ -32,3 +32,35 @@ async def test_a_websocket_chat_reaches_the_agent_actor(ray_runtime: Any, unique
         assert [m["role"] for m in frames[-1]["messages"]] == ["user", "assistant"]
     finally:
         await client.close()
+
+
+async def test_think_actors_serve_runs_one_gateway_actor_per_machine(ray_runtime: Any, unique: str) -> None:
+    import aiohttp
+
+    from think_actors.runtime import start_gateways
+
+    gateways = await start_gateways("ray_agents", host="127.0.0.1", port=0, options={"token": "t0k"})
+    try:
+        [(_, url)] = gateways  # one machine: one gateway, however many simulated nodes
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{url}/healthz") as health:
+                assert "survivor" in (await health.json())["classes"]
+            async with session.ws_connect(f"{url}/agents/survivor/{unique}?token=t0k") as ws:
+                await ws.receive()
+                body = {
+                    "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "via the actor"}]}]
+                }
+                frame = {
+                    "type": "cf_agent_use_chat_request",
+                    "id": "r1",
+                    "init": {"method": "POST", "body": json.dumps(body)},
+                }
+                await ws.send_str(json.dumps(frame))
+                while True:
+                    data = json.loads((await asyncio.wait_for(ws.receive(), 30)).data)
+                    if data["type"] == "cf_agent_chat_messages":
+                        break
+        assert data["messages"][-1]["parts"][-1]["text"] == "echo: via the actor"
+    finally:
+        for actor, _ in gateways:
+            await actor.stop.remote()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
 import ipaddress
@@ -64,17 +65,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from aiohttp import web
 
-    from .app import Gateway, LocalDirectory, RayDirectory
+    from .app import Gateway, LocalDirectory
 
+    options = {"token": args.token, "allowed_origins": args.origin, "max_frame_bytes": args.max_frame_bytes}
     if args.local:
-        directory: LocalDirectory | RayDirectory = LocalDirectory(classes)
-    else:
-        from ..runtime import init
+        web.run_app(Gateway(LocalDirectory(classes), **options).app(), host=args.host, port=args.port)
+        return 0
+    import asyncio
 
-        init(args.address)
-        directory = RayDirectory(classes)
-    gateway = Gateway(directory, token=args.token, allowed_origins=args.origin, max_frame_bytes=args.max_frame_bytes)
-    web.run_app(gateway.app(), host=args.host, port=args.port)
+    from ..runtime import init, start_gateways
+
+    init(args.address)
+
+    async def run() -> None:
+        # One gateway actor per machine of the cluster; this process only waits (Ctrl-C stops them).
+        gateways = await start_gateways(args.app, host=args.host, port=args.port, options=options)
+        for _, url in gateways:
+            print(f"think-actors: gateway serving {args.app} at {url}", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            for actor, _ in gateways:
+                await actor.stop.remote()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
     return 0
 
 

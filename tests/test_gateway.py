@@ -425,3 +425,33 @@ async def test_a_tab_that_was_away_replays_how_the_last_turn_failed(gateway: Any
     assert all(f.get("replay") for f in replay)
     assert [f["body"] for f in replay if f.get("error")] == ["upstream broke"]
     assert "half an" in "".join(f["body"] for f in replay)
+
+
+class OverflowRecovering(ta.Think):
+    context_overflow = ta.ContextOverflowConfig()
+    classify_chat_error = ta.default_context_overflow_classifier
+
+    async def configure_session(self, session: ta.Session) -> ta.Session:
+        from think_actors.compaction import CompactionResult
+
+        async def compact(history: list[ta.UIMessage], ctx: Any) -> Any:
+            return CompactionResult("earlier talk", history[0].id, history[-2].id) if len(history) >= 3 else None
+
+        return session.on_compaction(compact)
+
+
+async def test_a_context_overflow_on_the_websocket_path_is_compacted_and_retried() -> None:
+    overflow = ta.ContextOverflowError("prompt is too long: 300000 tokens > 200000 maximum", status_code=400)
+    model = ScriptedModel([text("a0"), text("a1"), error(overflow), text("recovered over the socket")])
+    directory = LocalDirectory([OverflowRecovering], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/overflow-recovering/o")
+        await ws.receive()
+        for i in range(2):
+            await ws.send_str(request(f"r{i}", user(f"q{i}", f"u{i}")))
+            await frames_until_done(ws, f"r{i}")
+        await ws.send_str(request("big", user("the long one", "u2")))
+        frames = await frames_until_done(ws, "big")
+        assert not any(f.get("error") for f in frames)
+        assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "recovered over the socket"
+        assert "data-context-compacted" in chunks(frames)

@@ -455,3 +455,28 @@ async def test_a_context_overflow_on_the_websocket_path_is_compacted_and_retried
         assert not any(f.get("error") for f in frames)
         assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "recovered over the socket"
         assert "data-context-compacted" in chunks(frames)
+
+
+class Researcher(ta.Think):
+    model = ScriptedModel([text("found it")])
+
+
+class Lead(ta.Think):
+    tools = (ta.agent_tool(Researcher, description="Research"),)
+
+
+async def test_child_agent_progress_goes_out_as_agent_tool_event_frames() -> None:
+    Researcher.model = ScriptedModel([text("found it")])
+    model = ScriptedModel([tool_call("researcher", {"input": "look"}, id="c1"), text("done")])
+    directory = LocalDirectory([Lead], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/lead/l1")
+        await ws.receive()
+        await ws.send_str(request("r", user("research", "u1")))
+        frames = await frames_until_done(ws, "r")
+    events = [f for f in frames if f["type"] == "agent-tool-event"]
+    assert [e["event"]["kind"] for e in events][0] == "started" and events[-1]["event"]["kind"] == "finished"
+    assert {e["parentToolCallId"] for e in events} == {"c1"}
+    inner = [json.loads(e["event"]["body"])["type"] for e in events if e["event"]["kind"] == "chunk"]
+    assert "text-delta" in inner
+    assert "agent-tool-event" not in chunks(frames)  # never inside the UI message stream

@@ -395,6 +395,11 @@ class Gateway:
 
         try:
             async for chunk in chunks:
+                if chunk.type == "agent-tool-event":
+                    # A child agent's progress goes out as its own frame, as the reference sends it: clients
+                    # that know no such chunk type never see one inside their UI message stream.
+                    await send(_agent_tool_frame(chunk))
+                    continue
                 if chunk.type == "error":
                     await send(
                         protocol.response(
@@ -482,6 +487,22 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _agent_tool_frame(chunk: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"kind": chunk.kind, "runId": chunk.run_id, "agent": chunk.agent}
+    if chunk.chunk is not None:
+        event["body"] = json.dumps(chunk.chunk.to_wire())
+    if chunk.summary is not None:
+        event["summary"] = chunk.summary
+    if chunk.error is not None:
+        event["error"] = chunk.error
+    return {
+        "type": protocol.AGENT_TOOL_EVENT,
+        "parentToolCallId": chunk.parent_tool_call_id,
+        "sequence": chunk.sequence,
+        "event": event,
+    }
 
 
 def _branch_point(body: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 __all__ = [
+    "AGENT_TOOL_EVENT",
     "CHAT_CLEAR",
     "CHAT_MESSAGES",
     "CHAT_REQUEST",
@@ -44,6 +45,7 @@ STREAM_RESUME_ACK = "cf_agent_stream_resume_ack"
 STREAM_RESUMING = "cf_agent_stream_resuming"
 STREAM_RESUME_NONE = "cf_agent_stream_resume_none"
 STREAM_PENDING = "cf_agent_stream_pending"
+AGENT_TOOL_EVENT = "agent-tool-event"
 ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
 
 KNOWN = frozenset(

@@ -475,8 +475,30 @@ async def test_child_agent_progress_goes_out_as_agent_tool_event_frames() -> Non
         await ws.send_str(request("r", user("research", "u1")))
         frames = await frames_until_done(ws, "r")
     events = [f for f in frames if f["type"] == "agent-tool-event"]
-    assert [e["event"]["kind"] for e in events][0] == "started" and events[-1]["event"]["kind"] == "finished"
+    kinds = [e["event"]["kind"] for e in events]
+    assert (kinds[0], kinds[-1], set(kinds)) == ("started", "finished", {"started", "chunk", "finished"})
     assert {e["parentToolCallId"] for e in events} == {"c1"}
     inner = [json.loads(e["event"]["body"])["type"] for e in events if e["event"]["kind"] == "chunk"]
     assert "text-delta" in inner
     assert "agent-tool-event" not in chunks(frames)  # never inside the UI message stream
+
+
+def test_reconciliation_keeps_the_server_copy_and_matches_client_snapshots() -> None:
+    from think_actors.gateway.app import reconcile
+
+    settled = ta.ToolPart(
+        type="tool-ask", tool_call_id="t1", state="output-available", input={}, output="server result"
+    )
+    server = [
+        ta.user_message("hi", id="u1"),
+        ta.UIMessage(id="a1", role="assistant", parts=(ta.TextPart(text="hello"),)),
+        ta.UIMessage(id="a2", role="assistant", parts=(settled,)),
+    ]
+    stale = settled.model_copy(update={"state": "input-available", "output": None})
+    incoming = [
+        ta.user_message("hi", id="u1"),  # known id: the server's copy stays
+        ta.UIMessage(id="client-a1", role="assistant", parts=(ta.TextPart(text="hello"),)),  # same reply, other id
+        ta.UIMessage(id="client-a2", role="assistant", parts=(stale,)),  # a stale snapshot of the tool reply
+        ta.user_message("next", id="u2"),  # new
+    ]
+    assert [m.id for m in reconcile(incoming, server)] == ["u2"]

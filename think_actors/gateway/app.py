@@ -23,7 +23,7 @@ from aiohttp import WSMsgType, web
 
 from ..agent import Think, kebab_case
 from ..errors import InvalidAgentNameError, ThinkError
-from ..messages import UIMessage
+from ..messages import ToolPart, UIMessage
 from ..store import validate_agent_name
 from . import protocol
 from .protocol import FrameError
@@ -289,8 +289,7 @@ class Gateway:
             incoming = [UIMessage.model_validate(m) for m in body["messages"]]
         except ValueError as err:
             raise FrameError(f"a message of the request is not a UIMessage: {err}") from None
-        known = {m.id for m in await agent.get_messages()}
-        return [m for m in incoming if m.id not in known]
+        return reconcile(incoming, await agent.get_messages())
 
     async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
         """Store the request's messages the server does not have yet, before the turn is queued."""
@@ -487,6 +486,34 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def reconcile(incoming: list[UIMessage], server: list[UIMessage]) -> list[UIMessage]:
+    """The incoming messages the server does not have (reference §3.5). The server's copy always wins, so a stale
+    client never overwrites a settled tool result; a client's copy of a server reply under another id is matched
+    by a shared tool call id, or, for a reply without tools, by identical content, instead of being stored twice."""
+    known = {m.id for m in server}
+    tool_calls = {p.tool_call_id for m in server for p in m.parts if isinstance(p, ToolPart)}
+    unclaimed = [m for m in server if m.role == "assistant" and not any(isinstance(p, ToolPart) for p in m.parts)]
+    new = []
+    for message in incoming:
+        if message.id in known:
+            continue
+        if message.role == "assistant":
+            calls = {p.tool_call_id for p in message.parts if isinstance(p, ToolPart)}
+            if calls & tool_calls:
+                continue  # the client's snapshot of a reply the server has (resolveToolMergeId)
+            twin = next((m for m in unclaimed if not calls and _content(m) == _content(message)), None)
+            if twin is not None:
+                unclaimed.remove(twin)
+                continue
+        new.append(message)
+    return new
+
+
+def _content(message: UIMessage) -> str:
+    parts = [p.model_dump(mode="json", exclude={"state", "provider_metadata"}) for p in message.parts]
+    return json.dumps(parts, sort_keys=True)
 
 
 def _agent_tool_frame(chunk: Any) -> dict[str, Any]:

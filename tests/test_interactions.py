@@ -167,3 +167,21 @@ async def test_approval_by_predicate_and_results_for_calls_awaiting_approval() -
     # A result may also answer a call that awaits approval (the client answered for it).
     assert await agent.add_tool_result("big", "handled by a person")
     assert parts_of(agent)["big"] == ("output-available", "handled by a person")
+
+
+async def test_the_continuation_offers_the_client_tools_of_the_turn_it_continues() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), tool_call("ask", {}, id="c2"), text("done")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    continued = asyncio.Event()
+    agent.observe(
+        "agents:chat",
+        lambda e: (
+            continued.set() if e.type == "chat:turn:finish" and e.payload["trigger"] == "auto-continuation" else None
+        ),
+    )
+    await client_call(agent, "c1", tools=[ASK])
+    await agent.add_tool_result("c1", "first answer", auto_continue=True)
+    await asyncio.wait_for(continued.wait(), WAIT_S)
+    names = [[t["function"]["name"] for t in r.tools] for r in model.requests]
+    assert names[1] == ["charge", "refund", "ask"]  # the client tool is still offered
+    assert parts_of(agent)["c2"] == ("input-available", None)  # and the model could call it again

@@ -525,6 +525,7 @@ class Think:
         await engine.submissions.skip_pending()
         await engine.store.clear_messages()
         await engine.store.clear_turn_state()
+        engine.last_client_tools = []
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []

@@ -147,6 +147,12 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             request_id=spec.request_id,
         )
     tools = engine.collect_tools()
+    if spec.client_tools:
+        engine.last_client_tools = list(spec.client_tools)
+    elif spec.continuation:
+        # A continuation (after a client tool's result, an approval, a recovery) offers the client tools of the
+        # turn it continues, so the model can call them again (reference: lastClientTools).
+        spec.client_tools = list(engine.last_client_tools)
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model

@@ -185,3 +185,24 @@ async def test_the_continuation_offers_the_client_tools_of_the_turn_it_continues
     names = [[t["function"]["name"] for t in r.tools] for r in model.requests]
     assert names[1] == ["charge", "refund", "ask"]  # the client tool is still offered
     assert parts_of(agent)["c2"] == ("input-available", None)  # and the model could call it again
+
+
+async def test_a_result_that_arrives_mid_stream_is_applied_once_the_reply_is_stored() -> None:
+    model = ScriptedModel([step(tool_call("ask", {}, id="c1"), text(" (waiting for you)")), text("got it")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    async for chunk in agent.chat("go", client_tools=[ASK]):
+        if chunk.type == "tool-input-available":
+            # A fast client answers before the turn has stored the reply holding the call.
+            assert await agent.add_tool_result("c1", "answered early", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert parts_of(agent) == {"c1": ("output-available", "answered early")}
+    assert texts(agent)[-1] == "got it"
+
+
+async def test_the_continuation_sees_the_custom_body_of_the_turn_it_continues() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), text("done")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("go", client_tools=[ASK], body={"selected_file": "a.py"}).collect()
+    await agent.add_tool_result("c1", "ok", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert [ctx.body for ctx in agent.contexts("before_turn")] == [{"selected_file": "a.py"}] * 2

@@ -526,6 +526,7 @@ class Think:
         await engine.store.clear_messages()
         await engine.store.clear_turn_state()
         engine.last_client_tools = []
+        engine.last_body = None
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []

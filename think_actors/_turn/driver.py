@@ -147,6 +147,10 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             request_id=spec.request_id,
         )
     tools = engine.collect_tools()
+    if spec.body:
+        engine.last_body = dict(spec.body)
+    elif spec.continuation and engine.last_body:
+        spec.body = dict(engine.last_body)  # a continuation sees the custom body of the turn it continues
     if spec.client_tools:
         engine.last_client_tools = list(spec.client_tools)
     elif spec.continuation:

@@ -68,6 +68,7 @@ class Engine:
         self.emitted: list[Any] = []
         self.steered: list[UIMessage] = []  # messages that join the running turn at its next step
         self.last_client_tools: list[Tool] = []  # the client tools of the latest turn that had any
+        self.last_body: dict[str, Any] | None = None  # the custom body of the latest turn that had one
         self.children: dict[str, Any] = {}
         self.agent_runs: dict[str, Any] = {}
         self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor

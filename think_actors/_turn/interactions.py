@@ -39,6 +39,8 @@ class Interactions:
         self._running: asyncio.Task[None] | None = None
         self._deferred = False
         self._changed = asyncio.Event()  # set at every apply, arm, fire and continuation end
+        self._early: list[tuple[str, Any, bool]] = []  # answers that arrived before their call was stored
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ applying answers
 
@@ -78,6 +80,11 @@ class Interactions:
         engine = self.engine
         await engine.ensure_started()
         async with self._lock:
+            if not _holds(engine.messages, tool_call_id) and engine.queue.busy:
+                # The answer came before the reply holding the call was stored (a fast client, mid-stream):
+                # it is applied as soon as the turn has stored it.
+                self._early.append((tool_call_id, change, auto_continue))
+                return True
             for message in reversed(engine.messages):
                 for index, part in enumerate(message.parts):
                     if isinstance(part, ToolPart) and part.tool_call_id == tool_call_id:
@@ -117,7 +124,19 @@ class Interactions:
         self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self._fire)
 
     def rearm(self) -> None:
-        """After a stream ends: an armed continuation held back by it gets its chance."""
+        """After a stream ends: early answers are applied now, and an armed continuation gets its chance."""
+        if self._early:
+            early, self._early = self._early, []
+            task = asyncio.get_running_loop().create_task(self._apply_early(early), context=contextvars.Context())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif self._armed:
+            self._arm()
+
+    async def _apply_early(self, early: list[tuple[str, Any, bool]]) -> None:
+        for tool_call_id, change, auto_continue in early:
+            if not await self._apply(tool_call_id, change, auto_continue):
+                log.warning("an answer for tool call %s matched no waiting call (ignored)", tool_call_id)
         if self._armed:
             self._arm()
 
@@ -164,7 +183,8 @@ class Interactions:
 
     def stable(self) -> bool:
         running = self._running is not None and not self._running.done()
-        return not (self.engine.queue.busy or self._armed or running or self._timer is not None or self.pending())
+        busy = self.engine.queue.busy or self._armed or running or self._timer is not None
+        return not (busy or self._early or self._tasks or self.pending())
 
     async def wait_until_stable(self, timeout_s: float | None) -> None:
         """Until no turn runs or waits, no call waits for an answer, and no continuation is armed or running."""
@@ -181,6 +201,10 @@ class Interactions:
                     await asyncio.wait_for(self._changed.wait(), 0.05)
 
         await asyncio.wait_for(stable(), timeout_s)
+
+
+def _holds(messages: list[UIMessage], tool_call_id: str) -> bool:
+    return any(isinstance(p, ToolPart) and p.tool_call_id == tool_call_id for m in messages for p in m.parts)
 
 
 def _latest_assistant(messages: list[UIMessage]) -> UIMessage | None:

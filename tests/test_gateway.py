@@ -502,3 +502,50 @@ def test_reconciliation_keeps_the_server_copy_and_matches_client_snapshots() -> 
         ta.user_message("next", id="u2"),  # new
     ]
     assert [m.id for m in reconcile(incoming, server)] == ["u2"]
+
+
+async def test_tool_result_frames_default_error_text_and_client_tools_for_the_continuation() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), text("noted"), tool_call("ask", {}, id="c2")])
+    directory = LocalDirectory([Helper], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/helper/tr")
+        await ws.receive()
+        ask = {"name": "ask", "description": "Ask", "parameters": {"type": "object", "properties": {}}}
+        await ws.send_str(request("r", user("go", "u1"), clientTools=[ask]))
+        await frames_until_done(ws, "r")
+        locate = {"name": "locate", "description": "Where", "parameters": {"type": "object", "properties": {}}}
+        frame = {
+            "type": "cf_agent_tool_result",
+            "toolCallId": "c1",
+            "toolName": "ask",
+            "state": "output-error",
+            "autoContinue": True,
+            "clientTools": [ask, locate],
+        }
+        await ws.send_str(json.dumps(frame))
+        updated = await receive_until(ws, lambda f: f["type"] == "cf_agent_message_updated")
+        part = updated[-1]["message"]["parts"][-1]
+        assert (part["state"], part["errorText"]) == ("output-error", "Tool execution denied by user")
+        await receive_until(ws, continuation_done)
+        assert [t["function"]["name"] for t in model.requests[1].tools] == ["ask", "locate"]
+        bad = {"type": "cf_agent_tool_result", "toolCallId": "c1", "clientTools": [{"nameless": True}]}
+        await ws.send_str(json.dumps(bad))
+        error_frame = await receive_until(ws, lambda f: f["type"] == "think_actors_error")
+        assert "could not handle the frame" in error_frame[-1]["error"]
+        await ws.send_str(request("r2", user("still fine?", "u2")))
+        await frames_until_done(ws, "r2")  # the socket and the agent are fine
+
+
+async def test_compaction_reaches_the_sockets_as_a_session_frame() -> None:
+    overflow = ta.ContextOverflowError("prompt is too long: 300000 tokens > 200000 maximum", status_code=400)
+    model = ScriptedModel([text("a0"), text("a1"), error(overflow), text("ok")])
+    directory = LocalDirectory([OverflowRecovering], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/overflow-recovering/s")
+        await ws.receive()
+        for i in range(2):
+            await ws.send_str(request(f"r{i}", user(f"q{i}", f"u{i}")))
+            await frames_until_done(ws, f"r{i}")
+        await ws.send_str(request("r2", user("q2", "u2")))
+        session = await receive_until(ws, lambda f: f["type"] == "cf_agent_session")
+        assert session[-1] == {"type": "cf_agent_session", "phase": "idle", "compacted": True}

@@ -206,3 +206,67 @@ async def test_the_continuation_sees_the_custom_body_of_the_turn_it_continues() 
     await agent.add_tool_result("c1", "ok", auto_continue=True)
     await agent.wait_until_stable(timeout_s=WAIT_S)
     assert [ctx.body for ctx in agent.contexts("before_turn")] == [{"selected_file": "a.py"}] * 2
+
+
+async def test_settled_parts_are_never_changed_by_a_late_answer() -> None:
+    model = ScriptedModel([step(tool_call("charge", {"amount": 1}, id="p1"), tool_call("ask", {}, id="c1"))])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    chunks = await agent.chat("go", client_tools=[ASK]).collect()
+    [request] = [c for c in chunks if c.type == "tool-approval-request"]
+    assert await agent.add_tool_approval("p1", False)  # output-denied
+    assert await agent.add_tool_result("p1", "too late") is False
+    assert await agent.add_tool_approval("p1", True) is False
+    assert await agent.add_tool_result("c1", "yes")
+    assert await agent.add_tool_approval("c1", True) is False  # output-available stays
+    assert parts_of(agent)["p1"][0] == "output-denied" and parts_of(agent)["c1"] == ("output-available", "yes")
+    [denied] = [
+        p for m in agent.get_messages() for p in m.parts if isinstance(p, ta.ToolPart) and p.tool_call_id == "p1"
+    ]
+    # The approval keeps the id the request gave it.
+    assert denied.approval is not None and (denied.approval.id, denied.approval.approved) == (
+        request.approval_id,
+        False,
+    )
+
+
+async def test_a_result_may_answer_a_call_that_a_person_approved() -> None:
+    model = ScriptedModel([tool_call("charge", {"amount": 1}, id="p1")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("go").collect()
+    await agent.add_tool_approval("p1", True)  # approval-responded, no auto-continue
+    assert await agent.add_tool_result("p1", "settled elsewhere")
+    assert parts_of(agent)["p1"] == ("output-available", "settled elsewhere")
+    assert agent.charged == []
+
+
+async def test_concurrent_answers_to_parallel_calls_never_clobber_each_other() -> None:
+    model = ScriptedModel([step(tool_call("ask", {}, id="a"), tool_call("locate", {}, id="b")), text("both")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "a", "b")
+    await asyncio.gather(
+        agent.add_tool_result("a", "yes", auto_continue=True), agent.add_tool_result("b", "Oslo", auto_continue=True)
+    )
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert parts_of(agent) == {"a": ("output-available", "yes"), "b": ("output-available", "Oslo")}
+    assert len(model.requests) == 2  # one continuation for the batch
+
+
+async def test_wait_until_stable_is_not_stable_while_a_continuation_is_armed() -> None:
+    model = ScriptedModel([tool_call("ask", {}, id="c1"), text("ok")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await client_call(agent, "c1")
+    await agent.add_tool_result("c1", "yes", auto_continue=True)
+    assert not agent._engine.interactions.stable()  # armed: the coalescing window is open
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(model.requests) == 2
+
+
+async def test_tool_state_survives_a_new_agent_instance(tmp_path: Any) -> None:
+    path = tmp_path / "a.db"
+    first = Shop("s", model=ScriptedModel([tool_call("ask", {}, id="c1")]), store=ta.SQLiteStore(path))
+    await client_call(first, "c1")
+    await first.add_tool_result("c1", {"answer": 42})
+    await first.close()
+    second = Shop("s", model=ScriptedModel(), store=ta.SQLiteStore(path))
+    await second.load_messages()
+    assert parts_of(second) == {"c1": ("output-available", {"answer": 42})}

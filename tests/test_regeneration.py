@@ -56,3 +56,10 @@ async def test_a_regenerate_message_request_over_the_websocket() -> None:
                 if frame["type"] == "cf_agent_chat_messages" and len(frame["messages"]) >= 2:
                     break
         assert [m["parts"][-1]["text"] for m in frame["messages"]] == ["hi", "new answer"]
+
+
+async def test_a_regenerate_request_with_no_messages_is_a_normal_submit() -> None:
+    from think_actors.gateway.app import _branch_point
+
+    assert _branch_point({"messages": [], "trigger": "regenerate-message"}) is None
+    assert _branch_point({"messages": [{"id": "u1", "role": "user", "parts": []}]}) == "u1"

@@ -461,6 +461,10 @@ class Think:
         engine.steered.extend(items)
         return True
 
+    async def set_client_tools(self, client_tools: Sequence[ClientToolSchema | dict[str, Any]]) -> None:
+        """Replace the client tools a continuation offers (a client sends them with its tool results)."""
+        self._engine.last_client_tools = _client_tools(client_tools, None)
+
     async def add_tool_result(
         self, tool_call_id: str, output: Any = None, *, error: str | None = None, auto_continue: bool = False
     ) -> bool:

@@ -87,6 +87,9 @@ class LocalAgentHandle:
         result: AsyncIterator[Any] = self.agent.attach(request_id)
         return result
 
+    async def set_client_tools(self, client_tools: Any) -> None:
+        await self.agent.set_client_tools(client_tools)
+
     async def steer(self, messages: Any) -> bool:
         return bool(await self.agent.steer(messages))
 

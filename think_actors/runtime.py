@@ -383,6 +383,10 @@ class AgentHandle:
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         await self._forward("wait_until_stable", timeout_s=timeout_s)
 
+    async def set_client_tools(self, client_tools: Any) -> None:
+        """``Think.set_client_tools`` on the actor."""
+        await self._forward("set_client_tools", client_tools)
+
     async def steer(self, messages: Any) -> bool:
         """``Think.steer`` on the actor."""
         return bool(await self._forward("steer", messages))
@@ -434,6 +438,7 @@ _FORWARDED_METHODS = frozenset(
         "add_tool_result",
         "add_tool_approval",
         "steer",
+        "set_client_tools",
         "wait_until_stable",
         "submit_messages",
         "inspect_submission",

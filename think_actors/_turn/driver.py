@@ -147,16 +147,15 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             request_id=spec.request_id,
         )
     tools = engine.collect_tools()
-    if spec.body:
-        engine.last_body = dict(spec.body)
-    elif spec.continuation and engine.last_body:
-        spec.body = dict(engine.last_body)  # a continuation sees the custom body of the turn it continues
-    if spec.client_tools:
+    if spec.continuation:
+        # A continuation (after a client tool's result, an approval, a recovery) sees the custom body and offers
+        # the client tools of the turn it continues, so the model can call them again (reference: lastBody,
+        # lastClientTools); a new turn sets both, to what it brought (nothing clears them).
+        spec.body = spec.body or (dict(engine.last_body) if engine.last_body else None)
+        spec.client_tools = spec.client_tools or list(engine.last_client_tools)
+    else:
+        engine.last_body = dict(spec.body) if spec.body else None
         engine.last_client_tools = list(spec.client_tools)
-    elif spec.continuation:
-        # A continuation (after a client tool's result, an approval, a recovery) offers the client tools of the
-        # turn it continues, so the model can call them again (reference: lastClientTools).
-        spec.client_tools = list(engine.last_client_tools)
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model

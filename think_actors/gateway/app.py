@@ -262,6 +262,8 @@ class Gateway:
                 await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
                 call = protocol.tool_call_id(frame)
+                if frame.get("clientTools"):
+                    await agent.set_client_tools(frame["clientTools"])  # the continuation offers these
                 error = None
                 if frame.get("state") == "output-error":
                     error = frame.get("errorText") or DENIED
@@ -282,6 +284,9 @@ class Gateway:
             await _error(ws, str(err))
         except ThinkError as err:
             await _error(ws, err.message)
+        except Exception as err:  # a frame must never cost the socket or the agent
+            log.exception("frame handling failed")
+            await _error(ws, f"could not handle the frame: {type(err).__name__}: {err}")
 
     async def _new_messages(self, agent: Any, body: dict[str, Any]) -> list[UIMessage]:
         """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
@@ -370,6 +375,13 @@ class Gateway:
                 self._spawn(room.send(json.dumps(frame)))
 
         def on_chat(event: Any) -> None:
+            if event.type in ("chat:recovery:detected", "chat:recovery:completed", "chat:recovery:exhausted"):
+                recovering = event.type == "chat:recovery:detected"
+                frame = {"type": protocol.CHAT_RECOVERING, "recovering": recovering, "id": event.payload["requestId"]}
+                self._spawn(room.send(json.dumps(frame)))
+            elif event.type == "chat:context:compacted":
+                frame = {"type": protocol.SESSION, "phase": "idle", "compacted": bool(event.payload.get("shortened"))}
+                self._spawn(room.send(json.dumps(frame)))
             if event.type == "chat:turn:start" and event.payload.get("trigger") in _BACKGROUND:
                 request_id = event.payload["requestId"]
                 continuation = bool(event.payload.get("continuation"))

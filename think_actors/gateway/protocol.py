@@ -14,11 +14,13 @@ __all__ = [
     "AGENT_TOOL_EVENT",
     "CHAT_CLEAR",
     "CHAT_MESSAGES",
+    "CHAT_RECOVERING",
     "CHAT_REQUEST",
     "CHAT_REQUEST_CANCEL",
     "CHAT_RESPONSE",
     "ERROR",
     "MESSAGE_UPDATED",
+    "SESSION",
     "STREAM_PENDING",
     "STREAM_RESUME_ACK",
     "STREAM_RESUME_NONE",
@@ -46,6 +48,8 @@ STREAM_RESUMING = "cf_agent_stream_resuming"
 STREAM_RESUME_NONE = "cf_agent_stream_resume_none"
 STREAM_PENDING = "cf_agent_stream_pending"
 AGENT_TOOL_EVENT = "agent-tool-event"
+CHAT_RECOVERING = "cf_agent_chat_recovering"
+SESSION = "cf_agent_session"
 ERROR = "think_actors_error"  # not a protocol frame: stock clients ignore it, people and tests read it
 
 KNOWN = frozenset(

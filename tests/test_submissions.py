@@ -325,3 +325,14 @@ async def test_restart_requeues_unapplied_rows_and_errors_applied_ones(tmp_path:
     assert "not replayed" in (partial.error or "") and "not replayed" in (applied.error or "")
     assert texts(agent) == ["got in unmarked", "got in marked", "never got in", "answered after restart"]
     model.assert_complete()
+
+
+async def test_the_streams_kept_for_attaching_are_bounded() -> None:
+    from think_actors._turn.recovery import MAX_KEPT_RESULTS
+
+    model = ScriptedModel([text(str(i)) for i in range(MAX_KEPT_RESULTS + 20)])
+    agent = make(model)
+    for i in range(MAX_KEPT_RESULTS + 20):
+        await agent.submit_messages(f"job {i}")
+    await agent._engine.submissions.idle()
+    assert len(agent._engine.recovery.live) <= MAX_KEPT_RESULTS + 1

@@ -76,10 +76,17 @@ class Recovery:
             self.schedule(record)
 
     def follow(self, request_id: str) -> LiveTurn:
-        """Keep the chunks of a background turn (an auto-continuation) so callers can attach to it."""
+        """Keep the chunks of a background turn (an auto-continuation, a submission) so callers can attach."""
+        self._prune()
         live = self.live[request_id] = LiveTurn()
         live.attempts = 1
         return live
+
+    def _prune(self) -> None:
+        """Keep the chunks of at most ``MAX_KEPT_RESULTS`` finished turns (the oldest go first)."""
+        done = [request_id for request_id, turn in self.live.items() if turn.done]
+        for request_id in done[: max(0, len(done) - MAX_KEPT_RESULTS)]:
+            self.live.pop(request_id, None)
 
     def schedule(self, record: TurnRecord) -> None:
         """Queue the recovery turn of ``record`` (after a crash, a stalled stream or a dead model server)."""
@@ -121,9 +128,7 @@ class Recovery:
             live.status = spec.outcome.status
             live.done = live.attempts == 0
             live.changed.set()
-            if len(self.live) > MAX_KEPT_RESULTS:
-                for request_id in [r for r, t in self.live.items() if t.done][: len(self.live) - MAX_KEPT_RESULTS]:
-                    self.live.pop(request_id, None)
+            self._prune()
         if record.submission_id is not None:
             engine.submissions.wake()  # the drain goes on with what was accepted after it
 

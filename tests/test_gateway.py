@@ -549,3 +549,26 @@ async def test_compaction_reaches_the_sockets_as_a_session_frame() -> None:
         await ws.send_str(request("r2", user("q2", "u2")))
         session = await receive_until(ws, lambda f: f["type"] == "cf_agent_session")
         assert session[-1] == {"type": "cf_agent_session", "phase": "idle", "compacted": True}
+
+
+class Patient(ta.Think):
+    message_concurrency = {"strategy": "debounce", "debounce_ms": 600}
+
+
+async def test_a_tab_that_connects_while_a_request_waits_hears_pending_then_resuming() -> None:
+    model = ScriptedModel([step(text("first"), delay(0.1)), text("the debounced answer")])
+    directory = LocalDirectory([Patient], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/patient/p")
+        await ws.receive()
+        await ws.send_str(request("r1", user("one", "u1")))
+        await ws.send_str(request("r2", user("two", "u2")))  # overlapping: waits for its trailing edge
+        await frames_until_done(ws, "r1")
+        tab = await client.ws_connect("/agents/patient/p")  # r2 is accepted and not streaming yet
+        hello = [json.loads((await asyncio.wait_for(tab.receive(), WAIT_S)).data) for _ in range(2)]
+        assert [f["type"] for f in hello] == ["cf_agent_chat_messages", "cf_agent_stream_pending"]
+        resuming = await receive_until(tab, lambda f: f["type"] == "cf_agent_stream_resuming")
+        assert resuming[-1]["id"] == "r2"
+        await tab.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r2"}))
+        frames = await receive_until(tab, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
+        assert "the debounced answer" in "".join(f["body"] for f in frames)

@@ -151,3 +151,11 @@ async def test_steer_adds_the_message_to_the_running_turn_at_its_next_step() -> 
     assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"] == ["look around", "and the door?"]
     assert ("user", "and the door?") in transcript
     assert transcript[-1] == ("assistant", "I see you also asked about the door.")
+
+
+async def test_the_first_request_always_runs_even_when_the_next_arrives_at_once() -> None:
+    # Sent back to back: the second overlaps the first, which must still run (only overlapping ones are skipped).
+    sends = [("r1", "u1", "one"), ("r2", "u2", "two"), ("r3", "u3", "three")]
+    frames, stats, _ = await chat(Latest, slow_then("for three"), sends, gap_s=0)
+    assert (answered(frames["r1"]), answered(frames["r2"]), answered(frames["r3"])) == (True, False, True)
+    assert stats["requests"] == 2

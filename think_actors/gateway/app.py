@@ -209,6 +209,9 @@ class Gateway:
                 await self._offer_resume(ws, room, None)
             else:
                 await self._send_messages(ws, agent)
+                if room.in_flight > 0:  # accepted, not streaming yet: this socket hears when it starts
+                    room.parked[ws] = None
+                    await ws.send_str(json.dumps({"type": protocol.STREAM_PENDING}))
             async for message in ws:
                 if message.type == WSMsgType.TEXT:
                     await self._frame(ws, room, agent, message.data)
@@ -249,8 +252,9 @@ class Gateway:
                 elif room.terminal is not None:
                     # A tab that was away learns how the last turn failed: its frames, ending in the error.
                     await self._offer_resume(ws, room, probe, room.terminal.request_id)
-                elif room.expecting:
-                    # An auto-continuation is armed (coalescing): answer when its stream starts (reference).
+                elif room.expecting or room.in_flight > 0:
+                    # An auto-continuation is armed (coalescing), or an accepted request waits for its turn:
+                    # answer when the stream starts (reference: STREAM_PENDING, then RESUMING).
                     room.parked[ws] = probe
                     await ws.send_str(
                         json.dumps({"type": protocol.STREAM_PENDING, **({"probeId": probe} if probe else {})})
@@ -310,6 +314,7 @@ class Gateway:
         """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
         room.terminal = None  # a new turn supersedes the replay of an old error
         strategy, debounce_s = _concurrency(room.agent_class)
+        debounce_s = debounce_s if strategy == "debounce" else 0.0
         submit = body.get("trigger", "submit-message") != "regenerate-message"
         overlapping = submit and room.in_flight > 0
         if overlapping and strategy == "drop":
@@ -331,7 +336,11 @@ class Gateway:
         if overlapping and strategy in ("latest", "merge", "debounce"):
             room.newest = sequence
         room.in_flight += 1
-        self._spawn(self._run_turn(room, agent, request_id, body, sequence, strategy, debounce_s, ws, held or []))
+        # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
+        supersedable = overlapping and strategy in ("latest", "merge", "debounce")
+        self._spawn(
+            self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, held or [])
+        )
 
     async def _run_turn(
         self,
@@ -340,16 +349,16 @@ class Gateway:
         request_id: str,
         body: dict[str, Any],
         sequence: int,
-        strategy: str,
         debounce_s: float,
         sender: web.WebSocketResponse,
         held: list[UIMessage],
     ) -> None:
+        """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
         try:
-            if strategy == "debounce" and sequence == room.newest:
+            if sequence and debounce_s and sequence == room.newest:
                 await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
             async with room.turns:
-                if strategy in ("latest", "merge", "debounce") and sequence < room.newest:
+                if sequence and sequence < room.newest:
                     # Superseded: a newer message will answer, seeing this one too (it is stored now).
                     if held:
                         await agent.add_messages(held)

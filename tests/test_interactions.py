@@ -270,3 +270,17 @@ async def test_tool_state_survives_a_new_agent_instance(tmp_path: Any) -> None:
     second = Shop("s", model=ScriptedModel(), store=ta.SQLiteStore(path))
     await second.load_messages()
     assert parts_of(second) == {"c1": ("output-available", {"answer": 42})}
+
+
+async def test_the_body_and_client_tools_a_continuation_reuses_survive_a_restart(tmp_path: Any) -> None:
+    path = tmp_path / "a.db"
+    first = Shop("s", model=ScriptedModel([tool_call("ask", {}, id="c1")]), store=ta.SQLiteStore(path))
+    await first.chat("go", client_tools=[ASK], body={"tab": "settings"}).collect()
+    await first.close()
+
+    model = ScriptedModel([text("after the restart")])
+    second = Shop("s", model=model, store=ta.SQLiteStore(path))
+    await second.add_tool_result("c1", "yes", auto_continue=True)
+    await second.wait_until_stable(timeout_s=WAIT_S)
+    assert [t["function"]["name"] for t in model.requests[0].tools] == ["charge", "refund", "ask"]
+    assert [ctx.body for ctx in second.contexts("before_turn")] == [{"tab": "settings"}]

@@ -463,7 +463,9 @@ class Think:
 
     async def set_client_tools(self, client_tools: Sequence[ClientToolSchema | dict[str, Any]]) -> None:
         """Replace the client tools a continuation offers (a client sends them with its tool results)."""
-        self._engine.last_client_tools = _client_tools(client_tools, None)
+        engine = self._engine
+        await engine.ensure_started()
+        await engine.remember_turn_context(engine.last_body, _client_tools(client_tools, None))
 
     async def add_tool_result(
         self, tool_call_id: str, output: Any = None, *, error: str | None = None, auto_continue: bool = False
@@ -529,8 +531,7 @@ class Think:
         await engine.submissions.skip_pending()
         await engine.store.clear_messages()
         await engine.store.clear_turn_state()
-        engine.last_client_tools = []
-        engine.last_body = None
+        await engine.remember_turn_context(None, [])
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []

@@ -154,8 +154,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         spec.body = spec.body or (dict(engine.last_body) if engine.last_body else None)
         spec.client_tools = spec.client_tools or list(engine.last_client_tools)
     else:
-        engine.last_body = dict(spec.body) if spec.body else None
-        engine.last_client_tools = list(spec.client_tools)
+        await engine.remember_turn_context(dict(spec.body) if spec.body else None, list(spec.client_tools))
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model

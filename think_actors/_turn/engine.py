@@ -39,6 +39,7 @@ __all__ = ["DATA_DIR_ENV", "Engine"]
 log = logging.getLogger("think_actors")
 
 DATA_DIR_ENV = "THINK_ACTORS_DATA_DIR"
+_TURN_CONTEXT_KEY = "chat:turn-context"  # the last body and client tools (reference: lastBody, lastClientTools)
 
 # Where a chunk emitted now belongs: the ordered sink of the tool call whose hooks or function are running in this
 # context, so its chunks, its forwarded child chunks and its output keep the order they happened in.
@@ -137,12 +138,41 @@ class Engine:
         self.session.set_default_token_counter(self.count_tokens)
         await self.session.load()
         self.messages = await self.store.load_messages()
+        await self._restore_turn_context()
         self.started = True
         # Interrupted turns first: a submission whose turn is being recovered stays running.
         interrupted = {record.request_id for record in await self.store.list_turns()}
         await self.submissions.recover(interrupted)
         await self.recovery.start()  # queued before the drain, so recovered turns go first
         await self.submissions.wake_if_pending()
+
+    async def remember_turn_context(self, body: dict[str, Any] | None, client_tools: list[Tool]) -> None:
+        """The custom body and client tools later continuations reuse; stored, so a restart keeps them.
+
+        Client tools with an in-process executor (``chat(on_client_tool_call=...)``) live for their turn only.
+        """
+        schemas = [
+            {"name": t.name, "description": t.description, "parameters": t.input_schema}
+            for t in client_tools
+            if t.executor is None
+        ]
+        changed = body != self.last_body or [t.name for t in client_tools] != [t.name for t in self.last_client_tools]
+        self.last_body = body
+        self.last_client_tools = client_tools
+        if changed:
+            await self.store.set_kv(
+                _TURN_CONTEXT_KEY, {"body": body, "client_tools": schemas} if body or schemas else None
+            )
+
+    async def _restore_turn_context(self) -> None:
+        from ..tools import ClientToolSchema, client_tool
+
+        stored = await self.store.get_kv(_TURN_CONTEXT_KEY)
+        if isinstance(stored, dict):
+            self.last_body = stored.get("body") or None
+            self.last_client_tools = [
+                client_tool(ClientToolSchema.model_validate(s)) for s in stored.get("client_tools") or ()
+            ]
 
     async def summarize(self, prompt: str) -> str:
         """Ask the agent's model for a summary (the shipped compaction's ``summarize``)."""

@@ -98,6 +98,7 @@ async def test_a_chat_request_streams_the_reply_as_chunk_frames_then_done_then_t
         "finish",
     ]
     assert all(f["id"] == "req-1" and f["done"] is False for f in frames[:-2])
+    assert [f["seq"] for f in frames[:-2]] == list(range(9))  # the client's replay ledger reads these
     assert frames[-2] == {"type": "cf_agent_use_chat_response", "id": "req-1", "body": "", "done": True}
     assert frames[-1]["type"] == "cf_agent_chat_messages"
     assert [(m["role"], m["parts"][-1]["text"]) for m in frames[-1]["messages"]] == [

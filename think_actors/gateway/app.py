@@ -402,6 +402,7 @@ class Gateway:
     async def _pump(self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool) -> None:
         """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes."""
         stream = room.active = _Stream(request_id, continuation)
+        seq = 0
         if continuation:
             room.expecting = False
         for parked, probe in list(room.parked.items()):  # sockets waiting for this stream to start
@@ -428,7 +429,10 @@ class Gateway:
                     )
                 else:
                     body = json.dumps(chunk.to_wire())
-                    await send(protocol.response(request_id, body, done=False, continuation=continuation))
+                    frame = protocol.response(request_id, body, done=False, continuation=continuation)
+                    frame["seq"] = seq  # lets a client skip replayed chunks it already applied
+                    seq += 1
+                    await send(frame)
             await send(protocol.response(request_id, "", done=True, continuation=continuation))
         except Exception as err:
             text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__

@@ -121,3 +121,15 @@ class HookedAgent(RecordingAgent):
             return None
         decision = self.decide(ctx)
         return await decision if inspect.isawaitable(decision) else decision
+
+
+async def greeting(ws: Any, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Read what a gateway socket sends on connect and return its first frame (the transcript, or the resuming
+    offer when a stream runs); the identity and MCP-state frames that follow it are checked here."""
+    import asyncio
+    import json
+
+    first, identity, mcp = [json.loads((await asyncio.wait_for(ws.receive(), timeout_s)).data) for _ in range(3)]
+    assert identity["type"] == "cf_agent_identity" and identity["name"] and identity["agent"], identity
+    assert mcp == {"mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []}, "type": "cf_agent_mcp_servers"}
+    return first

@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
@@ -41,14 +42,18 @@ def user(text_: str, id: str) -> dict[str, Any]:
 
 
 async def frames_until_done(ws: Any, request_id: str) -> list[dict[str, Any]]:
-    """Frames up to this request's ``done`` frame, then the transcript broadcast that follows it."""
+    """Frames up to this request's ``done`` frame (the stored transcript is broadcast just before it)."""
     seen: list[dict[str, Any]] = []
     while True:
         frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
         seen.append(frame)
         if frame["type"] == "cf_agent_use_chat_response" and frame["id"] == request_id and frame["done"]:
-            seen.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
             return seen
+
+
+def transcript(frames: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last transcript broadcast among the frames."""
+    return [f for f in frames if f["type"] == "cf_agent_chat_messages"][-1]
 
 
 def chunks(frames: list[dict[str, Any]]) -> list[str]:
@@ -80,8 +85,8 @@ async def gateway() -> AsyncIterator[Any]:
 async def test_a_chat_request_streams_the_reply_as_chunk_frames_then_done_then_the_transcript(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([text("Hello there", chunk_size=5)]))
     ws = await client.ws_connect("/agents/helper/c1")
-    hello = json.loads((await ws.receive()).data)
-    assert hello == {"type": "cf_agent_chat_messages", "messages": []}
+    hello = await greeting(ws)
+    assert hello == {"type": "cf_agent_chat_messages", "messages": [], "connect": True}
 
     await ws.send_str(request("req-1", user("hi", "u1")))
     frames = await frames_until_done(ws, "req-1")
@@ -99,9 +104,16 @@ async def test_a_chat_request_streams_the_reply_as_chunk_frames_then_done_then_t
     ]
     assert all(f["id"] == "req-1" and f["done"] is False for f in frames[:-2])
     assert [f["seq"] for f in frames[:-2]] == list(range(9))  # the client's replay ledger reads these
-    assert frames[-2] == {"type": "cf_agent_use_chat_response", "id": "req-1", "body": "", "done": True}
-    assert frames[-1]["type"] == "cf_agent_chat_messages"
-    assert [(m["role"], m["parts"][-1]["text"]) for m in frames[-1]["messages"]] == [
+    assert frames[-2]["type"] == "cf_agent_chat_messages"  # stored before the terminal frame (reference)
+    assert frames[-1] == {
+        "type": "cf_agent_use_chat_response",
+        "id": "req-1",
+        "body": "",
+        "done": True,
+        "outcome": "completed",
+        "messageIds": ["u1"],
+    }
+    assert [(m["role"], m["parts"][-1]["text"]) for m in transcript(frames)["messages"]] == [
         ("user", "hi"),
         ("assistant", "Hello there"),
     ]
@@ -114,8 +126,8 @@ async def test_every_socket_of_an_agent_sees_the_stream_and_the_stored_messages(
     client = await gateway(model=ScriptedModel([text("for both")]))
     sender = await client.ws_connect("/agents/helper/shared")
     watcher = await client.ws_connect("/agents/helper/shared")
-    await sender.receive()
-    await watcher.receive()
+    await greeting(sender)
+    await greeting(watcher)
 
     await sender.send_str(request("r", user("hi", "u1")))
     stored = json.loads((await asyncio.wait_for(watcher.receive(), WAIT_S)).data)  # the new message, before the turn
@@ -129,7 +141,7 @@ async def test_every_socket_of_an_agent_sees_the_stream_and_the_stored_messages(
 async def test_on_chat_error_decides_the_error_frame(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([error(ta.ProviderError("raw 500 from the provider"))]))
     ws = await client.ws_connect("/agents/friendly/e1")
-    await ws.receive()
+    await greeting(ws)
     await ws.send_str(request("r", user("hi", "u1")))
     frames = await frames_until_done(ws, "r")
     errors = [f for f in frames if f.get("error")]
@@ -148,7 +160,7 @@ async def test_on_chat_error_decides_the_error_frame(gateway: Any) -> None:
 async def test_cancel_aborts_the_running_turn(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([step(text("partial"), delay(5), text("never"))]))
     ws = await client.ws_connect("/agents/helper/x")
-    await ws.receive()
+    await greeting(ws)
     await ws.send_str(request("r", user("long", "u1")))
     while True:
         frame = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
@@ -161,15 +173,15 @@ async def test_cancel_aborts_the_running_turn(gateway: Any) -> None:
     await ws.send_str(json.dumps({"type": "cf_agent_chat_request_cancel", "id": "r"}))
     frames = await frames_until_done(ws, "r")
     assert chunks(frames)[-1] == "abort"
-    assert [m["parts"][-1]["text"] for m in frames[-1]["messages"]] == ["long", "partial"]
+    assert [m["parts"][-1]["text"] for m in transcript(frames)["messages"]] == ["long", "partial"]
 
 
 async def test_clear_empties_the_history_and_tells_the_other_sockets(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([text("a")]))
     a = await client.ws_connect("/agents/helper/c")
     b = await client.ws_connect("/agents/helper/c")
-    await a.receive()
-    await b.receive()
+    await greeting(a)
+    await greeting(b)
     await a.send_str(request("r", user("hi", "u1")))
     await frames_until_done(a, "r")
     await frames_until_done(b, "r")
@@ -181,7 +193,7 @@ async def test_clear_empties_the_history_and_tells_the_other_sockets(gateway: An
 async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([text("still here")]), max_frame_bytes=10_000)
     ws = await client.ws_connect("/agents/helper/b")
-    await ws.receive()
+    await greeting(ws)
     bad = [
         "not json",
         json.dumps([1, 2]),
@@ -210,8 +222,8 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any
     # The socket and the agent are fine, and nothing was stored by the bad frames.
     await ws.send_str(request("ok", user("hi", "u1")))
     frames = await frames_until_done(ws, "ok")
-    assert [m["role"] for m in frames[-1]["messages"]] == ["user", "assistant"]
-    assert frames[-1]["messages"][0]["id"] == "u1"
+    assert [m["role"] for m in transcript(frames)["messages"]] == ["user", "assistant"]
+    assert transcript(frames)["messages"][0]["id"] == "u1"
 
 
 async def test_a_token_guards_every_route_but_healthz(gateway: Any) -> None:
@@ -224,7 +236,7 @@ async def test_a_token_guards_every_route_but_healthz(gateway: Any) -> None:
     with pytest.raises(aiohttp.WSServerHandshakeError):
         await client.ws_connect("/agents/helper/t")
     ws = await client.ws_connect("/agents/helper/t?token=s3cret")
-    assert json.loads((await ws.receive()).data)["type"] == "cf_agent_chat_messages"
+    assert (await greeting(ws))["type"] == "cf_agent_chat_messages"
 
 
 async def test_names_classes_and_origins_are_checked(gateway: Any) -> None:
@@ -246,7 +258,7 @@ async def test_client_tools_from_the_request_body_are_offered_for_that_turn(gate
     model = ScriptedModel([text("ok")])
     client = await gateway(model=model)
     ws = await client.ws_connect("/agents/helper/ct")
-    await ws.receive()
+    await greeting(ws)
     tool = {
         "name": "get_location",
         "description": "Where the user is",
@@ -294,10 +306,10 @@ async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: A
                 except aiohttp.ClientConnectionError:
                     await asyncio.sleep(0.05)
             async with session.ws_connect(f"http://127.0.0.1:{port}/agents/echo/cli") as ws:
-                await ws.receive()
+                await greeting(ws)
                 await ws.send_str(request("r", user("ping", "u1")))
                 frames = await frames_until_done(ws, "r")
-        assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "echo: ping"
+        assert transcript(frames)["messages"][-1]["parts"][-1]["text"] == "echo: ping"
     finally:
         process.terminate()
         await asyncio.wait_for(process.wait(), 10)
@@ -335,8 +347,8 @@ async def test_a_client_tool_result_frame_auto_continues_and_every_tab_sees_the_
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         tab = await client.ws_connect("/agents/helper/ct")
         other = await client.ws_connect("/agents/helper/ct")
-        await tab.receive()
-        await other.receive()
+        await greeting(tab)
+        await greeting(other)
         ask = {"name": "ask", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
         await tab.send_str(request("r", user("where?", "u1"), clientTools=[ask]))
         first = await frames_until_done(tab, "r")
@@ -365,7 +377,7 @@ async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() ->
     directory = LocalDirectory([Payments], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/payments/a1")
-        await ws.receive()
+        await greeting(ws)
         await ws.send_str(request("r", user("pay 7", "u1")))
         first = await frames_until_done(ws, "r")
         assert "tool-approval-request" in chunks(first)
@@ -386,18 +398,20 @@ async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() ->
 async def test_a_tab_that_reconnects_mid_stream_resumes_the_whole_answer(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([step(text("first half, "), delay(0.3), text("second half"))]))
     ws = await client.ws_connect("/agents/helper/resume")
-    await ws.receive()
+    await greeting(ws)
     await ws.send_str(request("r", user("tell me", "u1")))
     await receive_until(ws, lambda f: f["type"] == "cf_agent_use_chat_response" and "first half" in f["body"])
     await ws.close()  # the tab reloads while the answer streams
 
     again = await client.ws_connect("/agents/helper/resume")
-    hello = json.loads((await asyncio.wait_for(again.receive(), WAIT_S)).data)
+    hello = await greeting(again)
     assert hello == {"type": "cf_agent_stream_resuming", "id": "r"}  # not the transcript: it would clobber the reply
     await again.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r"}))
     frames = await receive_until(again, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
     text_so_far = "".join(
-        json.loads(f["body"])["delta"] for f in frames if f["body"] and json.loads(f["body"])["type"] == "text-delta"
+        json.loads(f["body"])["delta"]
+        for f in frames
+        if f.get("body") and json.loads(f["body"])["type"] == "text-delta"
     )
     assert text_so_far == "first half, second half"
     replayed = [f for f in frames if f.get("replay")]
@@ -411,13 +425,13 @@ async def test_a_tab_that_reconnects_mid_stream_resumes_the_whole_answer(gateway
 async def test_a_tab_that_was_away_replays_how_the_last_turn_failed(gateway: Any) -> None:
     client = await gateway(model=ScriptedModel([error(ta.ProviderError("upstream broke"), after=text("half an"))]))
     ws = await client.ws_connect("/agents/helper/err")
-    await ws.receive()
+    await greeting(ws)
     await ws.send_str(request("r", user("hi", "u1")))
     await frames_until_done(ws, "r")
     await ws.close()
 
     later = await client.ws_connect("/agents/helper/err")
-    assert json.loads((await later.receive()).data)["type"] == "cf_agent_chat_messages"  # idle: the transcript
+    assert (await greeting(later))["type"] == "cf_agent_chat_messages"  # idle: the transcript
     await later.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))
     resuming = await receive_until(later, lambda f: f["type"] == "cf_agent_stream_resuming")
     assert resuming[-1]["id"] == "r"
@@ -447,14 +461,14 @@ async def test_a_context_overflow_on_the_websocket_path_is_compacted_and_retried
     directory = LocalDirectory([OverflowRecovering], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/overflow-recovering/o")
-        await ws.receive()
+        await greeting(ws)
         for i in range(2):
             await ws.send_str(request(f"r{i}", user(f"q{i}", f"u{i}")))
             await frames_until_done(ws, f"r{i}")
         await ws.send_str(request("big", user("the long one", "u2")))
         frames = await frames_until_done(ws, "big")
         assert not any(f.get("error") for f in frames)
-        assert frames[-1]["messages"][-1]["parts"][-1]["text"] == "recovered over the socket"
+        assert transcript(frames)["messages"][-1]["parts"][-1]["text"] == "recovered over the socket"
         assert "data-context-compacted" in chunks(frames)
 
 
@@ -472,7 +486,7 @@ async def test_child_agent_progress_goes_out_as_agent_tool_event_frames() -> Non
     directory = LocalDirectory([Lead], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/lead/l1")
-        await ws.receive()
+        await greeting(ws)
         await ws.send_str(request("r", user("research", "u1")))
         frames = await frames_until_done(ws, "r")
     events = [f for f in frames if f["type"] == "agent-tool-event"]
@@ -510,7 +524,7 @@ async def test_tool_result_frames_default_error_text_and_client_tools_for_the_co
     directory = LocalDirectory([Helper], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/helper/tr")
-        await ws.receive()
+        await greeting(ws)
         ask = {"name": "ask", "description": "Ask", "parameters": {"type": "object", "properties": {}}}
         await ws.send_str(request("r", user("go", "u1"), clientTools=[ask]))
         await frames_until_done(ws, "r")
@@ -543,7 +557,7 @@ async def test_compaction_reaches_the_sockets_as_a_session_frame() -> None:
     directory = LocalDirectory([OverflowRecovering], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/overflow-recovering/s")
-        await ws.receive()
+        await greeting(ws)
         for i in range(2):
             await ws.send_str(request(f"r{i}", user(f"q{i}", f"u{i}")))
             await frames_until_done(ws, f"r{i}")
@@ -561,12 +575,12 @@ async def test_a_tab_that_connects_while_a_request_waits_hears_pending_then_resu
     directory = LocalDirectory([Patient], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/patient/p")
-        await ws.receive()
+        await greeting(ws)
         await ws.send_str(request("r1", user("one", "u1")))
         await ws.send_str(request("r2", user("two", "u2")))  # overlapping: waits for its trailing edge
         await frames_until_done(ws, "r1")
         tab = await client.ws_connect("/agents/patient/p")  # r2 is accepted and not streaming yet
-        hello = [json.loads((await asyncio.wait_for(tab.receive(), WAIT_S)).data) for _ in range(2)]
+        hello = [await greeting(tab), json.loads((await asyncio.wait_for(tab.receive(), WAIT_S)).data)]
         assert [f["type"] for f in hello] == ["cf_agent_chat_messages", "cf_agent_stream_pending"]
         resuming = await receive_until(tab, lambda f: f["type"] == "cf_agent_stream_resuming")
         assert resuming[-1]["id"] == "r2"

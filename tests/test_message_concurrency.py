@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
@@ -21,6 +22,17 @@ def request(request_id: str, message_id: str, text_: str) -> str:
     return json.dumps(
         {"type": "cf_agent_use_chat_request", "id": request_id, "init": {"method": "POST", "body": json.dumps(body)}}
     )
+
+
+# How a request that started no turn of its own ends (reference: _completeSkippedRequest).
+SKIPPED_R2 = {
+    "type": "cf_agent_use_chat_response",
+    "id": "r2",
+    "body": "",
+    "done": True,
+    "outcome": "skipped",
+    "messageIds": ["u2"],
+}
 
 
 async def done_frames(ws: Any, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -43,7 +55,7 @@ async def chat(
     client = TestClient(TestServer(Gateway(directory).app()))
     await client.start_server()
     ws = await client.ws_connect(f"/agents/{ta.kebab_case(cls.__name__)}/c")
-    await ws.receive()
+    await greeting(ws)
     for i, (request_id, message_id, text_) in enumerate(sends):
         if i:
             await asyncio.sleep(gap_s)  # the later requests arrive while the first turn runs
@@ -109,7 +121,7 @@ async def test_latest_runs_only_the_newest_which_sees_every_message() -> None:
     model = slow_then("answer to two and three")
     frames, stats, transcript = await chat(Latest, model, sends)
     assert (answered(frames["r2"]), answered(frames["r3"])) == (False, True)
-    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert frames["r2"] == [SKIPPED_R2]
     assert stats["requests"] == 2
     assert transcript == [
         ("user", "one"),
@@ -130,7 +142,7 @@ async def test_merge_keeps_every_message_for_one_turn() -> None:
 
 async def test_drop_refuses_an_overlapping_request_before_storing_it() -> None:
     frames, stats, transcript = await chat(Dropping, slow_then(), [("r1", "u1", "one"), ("r2", "u2", "two")])
-    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert frames["r2"] == [SKIPPED_R2]
     assert stats["requests"] == 1
     assert transcript == [("user", "one"), ("assistant", "first")]
 
@@ -146,7 +158,7 @@ async def test_debounce_waits_for_the_trailing_edge() -> None:
 async def test_steer_adds_the_message_to_the_running_turn_at_its_next_step() -> None:
     model = ScriptedModel([tool_call("look", {}, id="l1"), text("I see you also asked about the door.")])
     frames, stats, transcript = await chat(Steered, model, [("r1", "u1", "look around"), ("r2", "u2", "and the door?")])
-    assert frames["r2"] == [{"type": "cf_agent_use_chat_response", "id": "r2", "body": "", "done": True}]
+    assert frames["r2"] == [SKIPPED_R2]
     assert stats["requests"] == 2  # one turn, two steps: no turn of its own for the steered message
     assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"] == ["look around", "and the door?"]
     assert ("user", "and the door?") in transcript

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from aiohttp.test_utils import TestClient, TestServer
-from helpers import RecordingAgent
+from helpers import RecordingAgent, greeting
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
@@ -42,7 +42,7 @@ async def test_a_regenerate_message_request_over_the_websocket() -> None:
     directory = LocalDirectory([ta.Think], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/think/regen")
-        await ws.receive()
+        await greeting(ws)
         user = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}
         for request_id, trigger in (("r1", "submit-message"), ("r2", "regenerate-message")):
             body = json.dumps({"messages": [user], "trigger": trigger})

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
 from ray_agents import Survivor
 
 from think_actors.gateway import Gateway, RayDirectory
@@ -17,19 +18,27 @@ async def test_a_websocket_chat_reaches_the_agent_actor(ray_runtime: Any, unique
     await client.start_server()
     try:
         ws = await client.ws_connect(f"/agents/survivor/{unique}")
-        assert json.loads((await ws.receive()).data) == {"type": "cf_agent_chat_messages", "messages": []}
+        assert await greeting(ws) == {"type": "cf_agent_chat_messages", "messages": [], "connect": True}
         body = {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "over ray"}]}]}
         frame = {"type": "cf_agent_use_chat_request", "id": "r1", "init": {"method": "POST", "body": json.dumps(body)}}
         await ws.send_str(json.dumps(frame))
         frames = []
         while True:
             frames.append(json.loads((await asyncio.wait_for(ws.receive(), 30)).data))
-            if frames[-1]["type"] == "cf_agent_chat_messages":
+            if frames[-1]["type"] == "cf_agent_use_chat_response" and frames[-1]["done"]:
                 break
-        deltas = [json.loads(f["body"]) for f in frames if f["type"] == "cf_agent_use_chat_response" and f["body"]]
+        chunk_frames = [f for f in frames if f["type"] == "cf_agent_use_chat_response" and f["body"]]
+        deltas = [json.loads(f["body"]) for f in chunk_frames]
         assert "".join(d["delta"] for d in deltas if d["type"] == "text-delta") == "echo: over ray"
-        assert frames[-2] == {"type": "cf_agent_use_chat_response", "id": "r1", "body": "", "done": True}
-        assert [m["role"] for m in frames[-1]["messages"]] == ["user", "assistant"]
+        assert frames[-1] == {
+            "type": "cf_agent_use_chat_response",
+            "id": "r1",
+            "body": "",
+            "done": True,
+            "outcome": "completed",
+            "messageIds": ["u1"],
+        }
+        assert [m["role"] for m in frames[-2]["messages"]] == ["user", "assistant"]  # stored, then done
     finally:
         await client.close()
 
@@ -46,7 +55,7 @@ async def test_think_actors_serve_runs_one_gateway_actor_per_machine(ray_runtime
             async with session.get(f"{url}/healthz") as health:
                 assert "survivor" in (await health.json())["classes"]
             async with session.ws_connect(f"{url}/agents/survivor/{unique}?token=t0k") as ws:
-                await ws.receive()
+                await greeting(ws)
                 body = {
                     "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "via the actor"}]}]
                 }

@@ -208,10 +208,18 @@ class Gateway:
                 # A stream is running: the transcript would clobber the client's partial reply (reference).
                 await self._offer_resume(ws, room, None)
             else:
-                await self._send_messages(ws, agent)
-                if room.in_flight > 0:  # accepted, not streaming yet: this socket hears when it starts
-                    room.parked[ws] = None
-                    await ws.send_str(json.dumps({"type": protocol.STREAM_PENDING}))
+                await self._send_messages(ws, agent, connect=True)
+            # Who the client reached, and the MCP state (think_actors agents have no MCP servers), as sent on connect.
+            identity = {
+                "type": protocol.IDENTITY,
+                "name": request.match_info["name"],
+                "agent": request.match_info["cls"],
+            }
+            await ws.send_str(protocol.dumps(identity))
+            await ws.send_str(protocol.dumps({"mcp": protocol.EMPTY_MCP_STATE, "type": protocol.MCP_SERVERS}))
+            if room.active is None and room.in_flight > 0:  # accepted, not streaming yet: hears when it starts
+                room.parked[ws] = None
+                await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING}))
             async for message in ws:
                 if message.type == WSMsgType.TEXT:
                     await self._frame(ws, room, agent, message.data)
@@ -242,7 +250,7 @@ class Gateway:
                 room.newest = room.sequence  # submits after a clear do not overlap the ones before it
                 room.terminal = None
                 await agent.clear()
-                await room.send(json.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
+                await room.send(protocol.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
             elif kind == protocol.STREAM_RESUME_REQUEST:
@@ -257,11 +265,11 @@ class Gateway:
                     # answer when the stream starts (reference: STREAM_PENDING, then RESUMING).
                     room.parked[ws] = probe
                     await ws.send_str(
-                        json.dumps({"type": protocol.STREAM_PENDING, **({"probeId": probe} if probe else {})})
+                        protocol.dumps({"type": protocol.STREAM_PENDING, **({"probeId": probe} if probe else {})})
                     )
                 else:
                     reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "idle"}
-                    await ws.send_str(json.dumps({**reply, **({"probeId": probe} if probe else {})}))
+                    await ws.send_str(protocol.dumps({**reply, **({"probeId": probe} if probe else {})}))
             elif kind == protocol.STREAM_RESUME_ACK:
                 await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
@@ -298,7 +306,7 @@ class Gateway:
             incoming = [UIMessage.model_validate(m) for m in body["messages"]]
         except ValueError as err:
             raise FrameError(f"a message of the request is not a UIMessage: {err}") from None
-        return reconcile(incoming, await agent.get_messages())
+        return [_stamp_web(m) for m in reconcile(incoming, await agent.get_messages())]
 
     async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
         """Store the request's messages the server does not have yet, before the turn is queued."""
@@ -320,10 +328,10 @@ class Gateway:
         if overlapping and strategy == "drop":
             # Rejected before anything is stored: the sender's optimistic message is rolled back.
             await self._send_messages(ws, agent)
-            await ws.send_str(protocol.response_frame(request_id, "", done=True))
+            await ws.send_str(protocol.skipped_frame(request_id, body))
             return
         if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, body)):
-            await ws.send_str(protocol.response_frame(request_id, "", done=True))  # it joined the running turn
+            await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
             return
         # Not overlapping: stored now, before the turn is queued (reference). Overlapping: stored when its turn
         # reaches the front, so the history keeps the order in which the conversation happened (the running
@@ -362,7 +370,7 @@ class Gateway:
                     # Superseded: a newer message will answer, seeing this one too (it is stored now).
                     if held:
                         await agent.add_messages(held)
-                    await sender.send_str(protocol.response_frame(request_id, "", done=True))
+                    await sender.send_str(protocol.skipped_frame(request_id, body))
                     return
                 custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
                 client_tools = body.get("clientTools") or None
@@ -370,7 +378,8 @@ class Gateway:
                 stream = agent.chat(
                     held, request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
                 )
-                await self._pump(room, agent, request_id, stream, continuation=False)
+                origin = protocol.origin_message_ids(body["messages"])
+                await self._pump(room, agent, request_id, stream, continuation=False, origin=origin)
         finally:
             room.in_flight -= 1
 
@@ -381,16 +390,16 @@ class Gateway:
         def on_message(event: Any) -> None:
             if event.type == "message:updated":
                 frame = {"type": protocol.MESSAGE_UPDATED, "message": event.payload["message"]}
-                self._spawn(room.send(json.dumps(frame)))
+                self._spawn(room.send(protocol.dumps(frame)))
 
         def on_chat(event: Any) -> None:
             if event.type in ("chat:recovery:detected", "chat:recovery:completed", "chat:recovery:exhausted"):
                 recovering = event.type == "chat:recovery:detected"
                 frame = {"type": protocol.CHAT_RECOVERING, "recovering": recovering, "id": event.payload["requestId"]}
-                self._spawn(room.send(json.dumps(frame)))
+                self._spawn(room.send(protocol.dumps(frame)))
             elif event.type == "chat:context:compacted":
                 frame = {"type": protocol.SESSION, "phase": "idle", "compacted": bool(event.payload.get("shortened"))}
-                self._spawn(room.send(json.dumps(frame)))
+                self._spawn(room.send(protocol.dumps(frame)))
             if event.type == "chat:turn:start" and event.payload.get("trigger") in _BACKGROUND:
                 request_id = event.payload["requestId"]
                 continuation = bool(event.payload.get("continuation"))
@@ -399,10 +408,14 @@ class Gateway:
         room.unsubscribe.append(await agent.observe("agents:message", on_message))
         room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
 
-    async def _pump(self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool) -> None:
-        """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes."""
+    async def _pump(
+        self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool, origin: Any = None
+    ) -> None:
+        """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes.
+
+        As the reference does, the stored transcript goes out before the terminal frame, and terminal frames
+        carry the ids of the user messages the request brought (``messageIds``)."""
         stream = room.active = _Stream(request_id, continuation)
-        seq = 0
         if continuation:
             room.expecting = False
         for parked, probe in list(room.parked.items()):  # sockets waiting for this stream to start
@@ -412,10 +425,32 @@ class Gateway:
 
         async def send(frame: dict[str, Any]) -> None:
             stream.frames.append(frame)
-            await room.send(json.dumps(frame))
+            await room.send(protocol.dumps(frame))
 
         try:
+            terminal = await self._relay(request_id, chunks, send, continuation)
+            if origin:
+                terminal["messageIds"] = origin
+            try:
+                await self._broadcast_messages(room, agent)
+            except Exception:  # the agent went away after its turn: the terminal frame still goes out
+                log.exception("could not send the transcript after turn %s", request_id)
+            await send(terminal)
+        finally:
+            stream.done = True
+            if room.active is stream:
+                room.active = None
+            room.last = stream
+            room.terminal = stream if any(f.get("error") for f in stream.frames) else None
+
+    @staticmethod
+    async def _relay(request_id: str, chunks: Any, send: Any, continuation: bool) -> dict[str, Any]:
+        """Send a turn's chunks as response frames; returns the terminal frame to send once it is stored."""
+        aborted = False
+        seq = 0
+        try:
             async for chunk in chunks:
+                aborted = aborted or chunk.type == "abort"
                 if chunk.type == "agent-tool-event":
                     # A child agent's progress goes out as its own frame, as the reference sends it: clients
                     # that know no such chunk type never see one inside their UI message stream.
@@ -428,23 +463,18 @@ class Gateway:
                         )
                     )
                 else:
-                    body = json.dumps(chunk.to_wire())
+                    body = protocol.dumps(chunk.to_wire())
                     frame = protocol.response(request_id, body, done=False, continuation=continuation)
                     frame["seq"] = seq  # lets a client skip replayed chunks it already applied
                     seq += 1
                     await send(frame)
-            await send(protocol.response(request_id, "", done=True, continuation=continuation))
         except Exception as err:
             text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__
             log.warning("turn %s through the gateway failed: %s", request_id, text)
-            await send(protocol.response(request_id, text, done=True, error=True, continuation=continuation))
-        finally:
-            stream.done = True
-            if room.active is stream:
-                room.active = None
-            room.last = stream
-            room.terminal = stream if any(f.get("error") for f in stream.frames) else None
-        await self._broadcast_messages(room, agent)
+            return protocol.response(request_id, text, done=True, error=True, continuation=continuation)
+        terminal = protocol.response(request_id, "", done=True, continuation=continuation)
+        terminal["outcome"] = "aborted" if aborted else "completed"
+        return terminal
 
     async def _offer_resume(
         self, ws: web.WebSocketResponse, room: _Room, probe: Any, request_id: str | None = None
@@ -454,7 +484,7 @@ class Gateway:
             request_id = room.active.request_id
         room.resuming.add(ws)
         frame = {"type": protocol.STREAM_RESUMING, "id": request_id}
-        await ws.send_str(json.dumps({**frame, **({"probeId": probe} if probe else {})}))
+        await ws.send_str(protocol.dumps({**frame, **({"probeId": probe} if probe else {})}))
 
     async def _replay(self, ws: web.WebSocketResponse, room: _Room, request_id: Any) -> None:
         """After an ACK: every frame of the stream so far (``replay``), then live frames again."""
@@ -463,7 +493,7 @@ class Gateway:
             stream = room.last
         if stream is None:
             room.resuming.discard(ws)
-            await ws.send_str(json.dumps(protocol.response(str(request_id or ""), "", done=True, replay=True)))
+            await ws.send_str(protocol.dumps(protocol.response(str(request_id or ""), "", done=True, replay=True)))
             return
         # The socket stays out of the live broadcast until it has every frame so far, so none is sent twice or
         # out of order; the last check and leaving the resuming set happen with no await between them.
@@ -471,24 +501,27 @@ class Gateway:
         marked = False
         while True:
             while sent < len(stream.frames):
-                await ws.send_str(json.dumps({**stream.frames[sent], "replay": True}))
+                await ws.send_str(protocol.dumps({**stream.frames[sent], "replay": True}))
                 sent += 1
             if not marked and not stream.done:
                 marked = True
                 marker = protocol.response(stream.request_id, "", done=False, replay=True, replayComplete=True)
-                await ws.send_str(json.dumps(marker))
+                await ws.send_str(protocol.dumps(marker))
                 continue
             if sent == len(stream.frames):
                 room.resuming.discard(ws)
                 return
 
-    async def _send_messages(self, ws: web.WebSocketResponse, agent: Any) -> None:
+    async def _send_messages(self, ws: web.WebSocketResponse, agent: Any, *, connect: bool = False) -> None:
         messages = await agent.get_messages()
-        await ws.send_str(json.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}))
+        frame: dict[str, Any] = {"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}
+        if connect:
+            frame["connect"] = True
+        await ws.send_str(protocol.dumps(frame))
 
     async def _broadcast_messages(self, room: _Room, agent: Any, *, skip: web.WebSocketResponse | None = None) -> None:
         messages = await agent.get_messages()
-        frame = json.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]})
+        frame = protocol.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]})
         await room.send(frame, skip=skip)
 
     def _spawn(self, coro: Any) -> None:
@@ -511,6 +544,19 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+# Message metadata the server writes (reference: RESERVED_MESSAGE_METADATA_KEYS); a client's copy is dropped.
+_RESERVED_METADATA = ("channel", "turnMetadata")
+
+
+def _stamp_web(message: UIMessage) -> UIMessage:
+    """A user message that came through a socket carries ``metadata.channel == "web"``, as the reference stamps it;
+    a client cannot forge the server-written keys."""
+    if message.role != "user":
+        return message
+    metadata = {k: v for k, v in (message.metadata or {}).items() if k not in _RESERVED_METADATA}
+    return message.model_copy(update={"metadata": {**metadata, "channel": "web"}})
 
 
 def reconcile(incoming: list[UIMessage], server: list[UIMessage]) -> list[UIMessage]:
@@ -544,7 +590,7 @@ def _content(message: UIMessage) -> str:
 def _agent_tool_frame(chunk: Any) -> dict[str, Any]:
     event: dict[str, Any] = {"kind": chunk.kind, "runId": chunk.run_id, "agent": chunk.agent}
     if chunk.chunk is not None:
-        event["body"] = json.dumps(chunk.chunk.to_wire())
+        event["body"] = protocol.dumps(chunk.chunk.to_wire())
     if chunk.summary is not None:
         event["summary"] = chunk.summary
     if chunk.error is not None:
@@ -577,4 +623,4 @@ _STRATEGIES = frozenset({"queue", "latest", "merge", "drop", "debounce", "steer"
 
 
 async def _error(ws: web.WebSocketResponse, text: str) -> None:
-    await ws.send_str(json.dumps({"type": protocol.ERROR, "error": text}))
+    await ws.send_str(protocol.dumps({"type": protocol.ERROR, "error": text}))

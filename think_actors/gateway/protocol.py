@@ -19,6 +19,8 @@ __all__ = [
     "CHAT_REQUEST_CANCEL",
     "CHAT_RESPONSE",
     "ERROR",
+    "IDENTITY",
+    "MCP_SERVERS",
     "MESSAGE_UPDATED",
     "SESSION",
     "STREAM_PENDING",
@@ -30,8 +32,11 @@ __all__ = [
     "TOOL_RESULT",
     "FrameError",
     "chat_request",
+    "dumps",
+    "origin_message_ids",
     "parse_frame",
     "response_frame",
+    "skipped_frame",
 ]
 
 CHAT_REQUEST = "cf_agent_use_chat_request"
@@ -39,6 +44,9 @@ CHAT_RESPONSE = "cf_agent_use_chat_response"
 CHAT_REQUEST_CANCEL = "cf_agent_chat_request_cancel"
 CHAT_CLEAR = "cf_agent_chat_clear"
 CHAT_MESSAGES = "cf_agent_chat_messages"
+IDENTITY = "cf_agent_identity"
+MCP_SERVERS = "cf_agent_mcp_servers"
+EMPTY_MCP_STATE: dict[str, Any] = {"prompts": [], "resources": [], "servers": {}, "tools": []}
 MESSAGE_UPDATED = "cf_agent_message_updated"
 TOOL_RESULT = "cf_agent_tool_result"
 TOOL_APPROVAL = "cf_agent_tool_approval"
@@ -99,6 +107,22 @@ def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     return request_id, body
 
 
+def dumps(frame: Any) -> str:
+    """A frame as compact JSON text, as the reference's ``JSON.stringify`` writes it."""
+    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+
+
+def origin_message_ids(messages: list[Any]) -> list[str] | None:
+    """The ids of the trailing run of user messages of a request (reference: terminal frames echo them)."""
+    ids: list[str] = []
+    for message in reversed(messages):
+        if not isinstance(message, dict) or message.get("role") != "user":
+            break
+        if isinstance(message.get("id"), str) and message["id"]:
+            ids.insert(0, message["id"])
+    return ids or None
+
+
 def response(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> dict[str, Any]:
     frame: dict[str, Any] = {"type": CHAT_RESPONSE, "id": request_id, "body": body, "done": done}
     if error:
@@ -108,7 +132,16 @@ def response(request_id: str, body: str, *, done: bool, error: bool = False, **f
 
 
 def response_frame(request_id: str, body: str, *, done: bool, error: bool = False, **flags: bool) -> str:
-    return json.dumps(response(request_id, body, done=done, error=error, **flags))
+    return dumps(response(request_id, body, done=done, error=error, **flags))
+
+
+def skipped_frame(request_id: str, body: dict[str, Any]) -> str:
+    """The terminal frame of a request that did not start a turn of its own (dropped, superseded, steered)."""
+    frame = response(request_id, "", done=True)
+    frame["outcome"] = "skipped"
+    if origin := origin_message_ids(body["messages"]):
+        frame["messageIds"] = origin
+    return dumps(frame)
 
 
 def tool_call_id(frame: dict[str, Any]) -> str:

@@ -152,8 +152,10 @@ async def test_on_chat_error_decides_the_error_frame(gateway: Any) -> None:
             "body": "Something went wrong. Please try again.",
             "done": False,
             "error": True,
+            "messageIds": ["u1"],
         }
     ]
+    assert frames[-1]["outcome"] == "error"
     assert "raw 500" not in json.dumps(frames)
 
 

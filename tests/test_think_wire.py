@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
-from think_actors.testing import ScriptedModel, step, text
+from think_actors.testing import ScriptedModel, error, step, text, tool_call
 
 WIRE = Path(__file__).parent / "data" / "think_wire"
 
@@ -28,8 +28,23 @@ class Assistant(ta.Think):
     system_prompt = "You are terse."
 
 
-# What the reference's MockLanguageModelV4 streamed for each recording (see its "model" field).
-SCRIPTS = {"plain_reply": [step(text("Hello"), text(" there"))]}
+class Calculator(ta.Think):
+    @ta.tool
+    def add(self, a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+
+class Broken(ta.Think):
+    pass
+
+
+# The agent of each recording and what the reference's MockLanguageModelV4 streamed (see its "model" field).
+SCRIPTS: dict[str, tuple[type[ta.Think], list[Any]]] = {
+    "plain_reply": (Assistant, [step(text("Hello"), text(" there"))]),
+    "server_tool": (Calculator, [tool_call("add", {"a": 2, "b": 3}, id="call_1"), text("It is 5.")]),
+    "provider_error": (Broken, [error(RuntimeError("provider exploded"))]),
+}
 
 # Extensions of ours the reference does not send: the time a message was created.
 EXTENSIONS = ("createdAt",)
@@ -54,18 +69,19 @@ def normalised(frames: list[dict[str, Any]]) -> list[Any]:
     out = []
     for frame in frames:
         frame = dict(frame)
-        if frame.get("type") == "cf_agent_use_chat_response" and frame.get("body"):
+        if frame.get("type") == "cf_agent_use_chat_response" and frame.get("body") and not frame.get("error"):
             frame["body"] = json.loads(frame["body"])
         out.append(walk(frame))
     return out
 
 
 async def our_frames(name: str, request: dict[str, Any], expected: int) -> list[dict[str, Any]]:
-    directory = LocalDirectory([Assistant], model=ScriptedModel(SCRIPTS[name]), store=ta.MemoryStore())
+    cls, script = SCRIPTS[name]
+    directory = LocalDirectory([cls], model=ScriptedModel(script), store=ta.MemoryStore())
     client = TestClient(TestServer(Gateway(directory).app()))
     await client.start_server()
     try:
-        ws = await client.ws_connect(f"/agents/assistant/{name.replace('_', '-')}")
+        ws = await client.ws_connect(f"/agents/{ta.kebab_case(cls.__name__)}/{name.replace('_', '-')}")
         frames = [json.loads((await asyncio.wait_for(ws.receive(), 10)).data) for _ in range(3)]  # on connect
         await ws.send_str(json.dumps(request))
         while len(frames) < expected + 5:
@@ -78,7 +94,24 @@ async def our_frames(name: str, request: dict[str, Any], expected: int) -> list[
         await client.close()
 
 
-@pytest.mark.parametrize("name", sorted(SCRIPTS))
+# Recordings we do not match yet, and why. Strict: a fix makes the test fail until the entry is removed.
+KNOWN_DIFFERENCES = {
+    "server_tool": "our scripted model streams a tool call's input (tool-input-start/-delta, as litellm providers "
+    "do) where the reference's mock sends it whole; our stored tool part has no toolName",
+    "provider_error": "our engine sends start-step before the model call; the AI SDK only once the model's stream "
+    "has started, so a call that throws at once has no step",
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[n]))
+        if n in KNOWN_DIFFERENCES
+        else n
+        for n in sorted(SCRIPTS)
+    ],
+)
 async def test_the_frames_match_a_recording_of_the_reference(name: str) -> None:
     recording = json.loads((WIRE / f"{name}.json").read_text())
     reference = recording["frames"]

@@ -38,27 +38,32 @@ function converse(base, agent, name, request) {
   });
 }
 
+function ask(text) {
+  return { type: "cf_agent_use_chat_request", id: "req-1", init: { method: "POST", body: JSON.stringify({
+    messages: [{ id: "u1", role: "user", parts: [{ type: "text", text }] }], trigger: "submit-message" }) } };
+}
+
+// name -> [agent class (kebab case), what its mock model streams, the request]
 const scenarios = {
-  plain_reply: {
-    type: "cf_agent_use_chat_request", id: "req-1",
-    init: { method: "POST", body: JSON.stringify({
-      messages: [{ id: "u1", role: "user", parts: [{ type: "text", text: "hi" }] }], trigger: "submit-message" }) },
-  },
+  plain_reply: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop", ask("hi")],
+  server_tool: ["calculator", "tool-call add {a:2,b:3}, finish tool-calls; then text 'It is 5.', finish stop",
+    ask("2+3?")],
+  provider_error: ["broken", "doStream throws Error('provider exploded')", ask("hi")],
 };
 
 const mf = new Miniflare({
   modules: [{ type: "ESModule", path: "worker.mjs", contents: await bundle() }],
   compatibilityDate: "2026-07-29", compatibilityFlags: ["nodejs_compat"], host: "127.0.0.1", port: 0,
-  durableObjects: { Assistant: { className: "Assistant", useSQLite: true } },
+  durableObjects: Object.fromEntries(["Assistant", "Calculator", "Broken"].map(
+    (c) => [c, { className: c, useSQLite: true }])),
 });
 try {
   const base = (await mf.ready).href;
   mkdirSync(OUT, { recursive: true });
-  for (const [name, request] of Object.entries(scenarios)) {
-    const frames = await converse(base, "assistant", name.replaceAll("_", "-"), request);
+  for (const [name, [agent, model, request]] of Object.entries(scenarios)) {
+    const frames = await converse(base, agent, name.replaceAll("_", "-"), request);
     const record = { source: "@cloudflare/think 0.23.0, agents 0.32.0, ai 7.0.173 in workerd (miniflare 4.20260730.0)",
-      model: "MockLanguageModelV4 streaming text-start, text-delta 'Hello', text-delta ' there', text-end, finish",
-      request, frames };
+      agent, model: `MockLanguageModelV4: ${model}`, request, frames };
     writeFileSync(new URL(`${name}.json`, OUT), JSON.stringify(record, null, 1) + "\n");
     console.log(`${name}: ${frames.length} frames`);
   }

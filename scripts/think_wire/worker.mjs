@@ -2,7 +2,8 @@
 import { Think } from "@cloudflare/think";
 import { routeAgentRequest } from "agents";
 import { MockLanguageModelV4 } from "ai/test";
-import { simulateReadableStream } from "ai";
+import { simulateReadableStream, tool } from "ai";
+import { z } from "zod";
 
 const usage = { inputTokens: { total: 3, noCache: 3, cacheRead: 0, cacheWrite: 0 },
                 outputTokens: { total: 2, text: 2, reasoning: 0 } };
@@ -32,3 +33,34 @@ export default {
     return (await routeAgentRequest(request, env)) ?? new Response("not found", { status: 404 });
   },
 };
+
+// A server tool: the first step calls it, the step after its result answers.
+export class Calculator extends Think {
+  getModel() {
+    return new MockLanguageModelV4({
+      doStream: async ({ prompt }) => {
+        const answered = prompt.at(-1)?.role === "tool";
+        const chunks = answered
+          ? [{ type: "text-start", id: "t2" }, { type: "text-delta", id: "t2", delta: "It is 5." },
+             { type: "text-end", id: "t2" }]
+          : [{ type: "tool-call", toolCallId: "call_1", toolName: "add", input: '{"a":2,"b":3}' }];
+        return { stream: simulateReadableStream({ chunks: [
+          { type: "stream-start", warnings: [] }, ...chunks,
+          { type: "finish", finishReason: answered ? { unified: "stop", raw: "stop" }
+            : { unified: "tool-calls", raw: "tool_calls" }, usage },
+        ] }) };
+      },
+    });
+  }
+  getTools() {
+    return { add: tool({ description: "Add two numbers", inputSchema: z.object({ a: z.number(), b: z.number() }),
+      execute: async ({ a, b }) => a + b }) };
+  }
+}
+
+// A provider that fails before streaming anything.
+export class Broken extends Think {
+  getModel() {
+    return new MockLanguageModelV4({ doStream: async () => { throw new Error("provider exploded"); } });
+  }
+}

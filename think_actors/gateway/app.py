@@ -428,11 +428,10 @@ class Gateway:
             await room.send(protocol.dumps(frame))
 
         try:
-            terminal = await self._relay(request_id, chunks, send, continuation)
-            if origin:
-                terminal["messageIds"] = origin
+            terminal, stored = await self._relay(request_id, chunks, send, continuation, origin)
             try:
-                await self._broadcast_messages(room, agent)
+                if stored:  # as the reference: a turn that produced nothing stored nothing to show
+                    await self._broadcast_messages(room, agent)
             except Exception:  # the agent went away after its turn: the terminal frame still goes out
                 log.exception("could not send the transcript after turn %s", request_id)
             await send(terminal)
@@ -444,24 +443,29 @@ class Gateway:
             room.terminal = stream if any(f.get("error") for f in stream.frames) else None
 
     @staticmethod
-    async def _relay(request_id: str, chunks: Any, send: Any, continuation: bool) -> dict[str, Any]:
-        """Send a turn's chunks as response frames; returns the terminal frame to send once it is stored."""
-        aborted = False
+    async def _relay(
+        request_id: str, chunks: Any, send: Any, continuation: bool, origin: list[str] | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Send a turn's chunks as response frames. Returns the terminal frame to send once the turn is stored,
+        and whether the turn produced any content (the reference broadcasts the transcript only then)."""
+        ids = {"messageIds": origin} if origin else {}
+        aborted = failed = produced = False
         seq = 0
         try:
             async for chunk in chunks:
                 aborted = aborted or chunk.type == "abort"
+                failed = failed or chunk.type == "error"
+                produced = produced or chunk.type not in _NO_CONTENT
                 if chunk.type == "agent-tool-event":
                     # A child agent's progress goes out as its own frame, as the reference sends it: clients
                     # that know no such chunk type never see one inside their UI message stream.
                     await send(_agent_tool_frame(chunk))
                     continue
                 if chunk.type == "error":
-                    await send(
-                        protocol.response(
-                            request_id, chunk.error_text, done=False, error=True, continuation=continuation
-                        )
+                    frame = protocol.response(
+                        request_id, chunk.error_text, done=False, error=True, continuation=continuation
                     )
+                    await send({**frame, **ids})
                 else:
                     body = protocol.dumps(chunk.to_wire())
                     frame = protocol.response(request_id, body, done=False, continuation=continuation)
@@ -471,10 +475,11 @@ class Gateway:
         except Exception as err:
             text = err.message if isinstance(err, ThinkError) else str(err) or type(err).__name__
             log.warning("turn %s through the gateway failed: %s", request_id, text)
-            return protocol.response(request_id, text, done=True, error=True, continuation=continuation)
+            terminal = protocol.response(request_id, text, done=True, error=True, continuation=continuation)
+            return {**terminal, **ids}, True
         terminal = protocol.response(request_id, "", done=True, continuation=continuation)
-        terminal["outcome"] = "aborted" if aborted else "completed"
-        return terminal
+        terminal["outcome"] = "error" if failed else "aborted" if aborted else "completed"
+        return {**terminal, **ids}, produced
 
     async def _offer_resume(
         self, ws: web.WebSocketResponse, room: _Room, probe: Any, request_id: str | None = None
@@ -545,6 +550,9 @@ class Gateway:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+
+# Chunks that put nothing into the assistant message.
+_NO_CONTENT = frozenset({"start", "start-step", "finish-step", "finish", "abort", "error", "message-metadata"})
 
 # Message metadata the server writes (reference: RESERVED_MESSAGE_METADATA_KEYS); a client's copy is dropped.
 _RESERVED_METADATA = ("channel", "turnMetadata")

@@ -433,17 +433,26 @@ def test_tool_part_moves_input_streaming_to_input_available_to_output_available(
         ToolInputStartChunk(tool_call_id="c1", tool_name="search"),
         ToolInputDeltaChunk(tool_call_id="c1", input_text_delta='{"q": '),
     )
-    assert parts_wire(acc) == [{"type": "tool-search", "toolCallId": "c1", "state": "input-streaming"}]
+    assert parts_wire(acc) == [
+        {"type": "tool-search", "toolCallId": "c1", "toolName": "search", "state": "input-streaming"}
+    ]
     acc.apply(ToolInputDeltaChunk(tool_call_id="c1", input_text_delta='"ray"}'))
     acc.apply(ToolInputAvailableChunk(tool_call_id="c1", tool_name="search", input={"q": "ray"}))
     assert parts_wire(acc) == [
-        {"type": "tool-search", "toolCallId": "c1", "state": "input-available", "input": {"q": "ray"}}
+        {
+            "type": "tool-search",
+            "toolCallId": "c1",
+            "toolName": "search",
+            "state": "input-available",
+            "input": {"q": "ray"},
+        }
     ]
     acc.apply(ToolOutputAvailableChunk(tool_call_id="c1", output={"hits": 2}))
     assert parts_wire(acc) == [
         {
             "type": "tool-search",
             "toolCallId": "c1",
+            "toolName": "search",
             "state": "output-available",
             "input": {"q": "ray"},
             "output": {"hits": 2},
@@ -474,7 +483,9 @@ def test_dynamic_tool_part_keeps_its_tool_name() -> None:
 
 def test_tool_input_available_without_a_start_creates_the_part() -> None:
     acc = fold(ToolInputAvailableChunk(tool_call_id="c1", tool_name="add", input={"a": 1}))
-    assert parts_wire(acc) == [{"type": "tool-add", "toolCallId": "c1", "state": "input-available", "input": {"a": 1}}]
+    assert parts_wire(acc) == [
+        {"type": "tool-add", "toolCallId": "c1", "toolName": "add", "state": "input-available", "input": {"a": 1}}
+    ]
 
 
 def test_tool_input_error_becomes_output_error() -> None:
@@ -483,7 +494,14 @@ def test_tool_input_error_becomes_output_error() -> None:
         ToolInputErrorChunk(tool_call_id="c1", tool_name="add", input="{oops", error_text="Invalid JSON"),
     )
     assert parts_wire(acc) == [
-        {"type": "tool-add", "toolCallId": "c1", "state": "output-error", "input": "{oops", "errorText": "Invalid JSON"}
+        {
+            "type": "tool-add",
+            "toolCallId": "c1",
+            "toolName": "add",
+            "state": "output-error",
+            "input": "{oops",
+            "errorText": "Invalid JSON",
+        }
     ]
     # Terminal: a later input error or output does not change it.
     acc.apply(ToolInputErrorChunk(tool_call_id="c1", tool_name="add", error_text="again"))
@@ -495,7 +513,14 @@ def test_tool_input_error_becomes_output_error() -> None:
 def test_tool_input_error_without_a_start_creates_an_error_part() -> None:
     acc = fold(ToolInputErrorChunk(tool_call_id="c9", tool_name="nope", input={}, error_text="No such tool"))
     assert parts_wire(acc) == [
-        {"type": "tool-nope", "toolCallId": "c9", "state": "output-error", "input": {}, "errorText": "No such tool"}
+        {
+            "type": "tool-nope",
+            "toolCallId": "c9",
+            "toolName": "nope",
+            "state": "output-error",
+            "input": {},
+            "errorText": "No such tool",
+        }
     ]
 
 
@@ -507,7 +532,13 @@ def test_replayed_tool_input_start_is_ignored() -> None:
         ToolInputStartChunk(tool_call_id="c1", tool_name="search"),
     )
     assert parts_wire(acc) == [
-        {"type": "tool-search", "toolCallId": "c1", "state": "input-available", "input": {"q": "x"}},
+        {
+            "type": "tool-search",
+            "toolCallId": "c1",
+            "toolName": "search",
+            "state": "input-available",
+            "input": {"q": "x"},
+        },
         {"type": "step-start"},
     ]
 
@@ -518,7 +549,9 @@ def test_tool_input_delta_only_counts_while_streaming() -> None:
         ToolInputDeltaChunk(tool_call_id="c1", input_text_delta="junk"),
         ToolInputDeltaChunk(tool_call_id="unknown", input_text_delta="junk"),
     )
-    assert parts_wire(acc) == [{"type": "tool-s", "toolCallId": "c1", "state": "input-available", "input": {"q": 1}}]
+    assert parts_wire(acc) == [
+        {"type": "tool-s", "toolCallId": "c1", "toolName": "s", "state": "input-available", "input": {"q": 1}}
+    ]
 
 
 def test_first_tool_result_wins() -> None:
@@ -530,7 +563,14 @@ def test_first_tool_result_wins() -> None:
         ToolOutputDeniedChunk(tool_call_id="c1"),
     )
     assert parts_wire(acc) == [
-        {"type": "tool-s", "toolCallId": "c1", "state": "output-available", "input": {}, "output": "first"}
+        {
+            "type": "tool-s",
+            "toolCallId": "c1",
+            "toolName": "s",
+            "state": "output-available",
+            "input": {},
+            "output": "first",
+        }
     ]
 
     acc = fold(
@@ -539,7 +579,14 @@ def test_first_tool_result_wins() -> None:
         ToolOutputAvailableChunk(tool_call_id="c2", output="late"),
     )
     assert parts_wire(acc) == [
-        {"type": "tool-s", "toolCallId": "c2", "state": "output-error", "input": {}, "errorText": "boom"}
+        {
+            "type": "tool-s",
+            "toolCallId": "c2",
+            "toolName": "s",
+            "state": "output-error",
+            "input": {},
+            "errorText": "boom",
+        }
     ]
 
 
@@ -552,6 +599,7 @@ def test_preliminary_output_is_replaced_by_the_final_one() -> None:
         {
             "type": "tool-s",
             "toolCallId": "c1",
+            "toolName": "s",
             "state": "output-available",
             "input": {},
             "output": {"progress": 1},
@@ -562,7 +610,14 @@ def test_preliminary_output_is_replaced_by_the_final_one() -> None:
     acc.apply(ToolOutputAvailableChunk(tool_call_id="c1", output="final"))
     acc.apply(ToolOutputAvailableChunk(tool_call_id="c1", output="after final"))
     assert parts_wire(acc) == [
-        {"type": "tool-s", "toolCallId": "c1", "state": "output-available", "input": {}, "output": "final"}
+        {
+            "type": "tool-s",
+            "toolCallId": "c1",
+            "toolName": "s",
+            "state": "output-available",
+            "input": {},
+            "output": "final",
+        }
     ]
 
 
@@ -588,6 +643,7 @@ def test_tool_approval_request_then_denial() -> None:
         {
             "type": "tool-rm",
             "toolCallId": "c1",
+            "toolName": "rm",
             "state": "approval-requested",
             "input": {"path": "/"},
             "approval": {"id": "a1"},
@@ -598,6 +654,7 @@ def test_tool_approval_request_then_denial() -> None:
         {
             "type": "tool-rm",
             "toolCallId": "c1",
+            "toolName": "rm",
             "state": "output-denied",
             "input": {"path": "/"},
             "approval": {"id": "a1"},
@@ -613,7 +670,7 @@ def test_approval_request_for_a_settled_or_unknown_call_is_ignored() -> None:
         ToolApprovalRequestChunk(approval_id="a2", tool_call_id="unknown"),
     )
     assert parts_wire(acc) == [
-        {"type": "tool-s", "toolCallId": "c1", "state": "output-available", "input": {}, "output": 1}
+        {"type": "tool-s", "toolCallId": "c1", "toolName": "s", "state": "output-available", "input": {}, "output": 1}
     ]
 
 

@@ -545,7 +545,7 @@ def _new_tool_part(chunk: Any, state: str, input: Any = None) -> ToolPart:
     dynamic = bool(getattr(chunk, "dynamic", None))
     return ToolPart(
         type="dynamic-tool" if dynamic else f"tool-{chunk.tool_name}",
-        tool_name=chunk.tool_name if dynamic else None,
+        tool_name=chunk.tool_name,  # on static parts too, as the reference stores them
         tool_call_id=chunk.tool_call_id,
         state=state,
         input=input,

@@ -166,7 +166,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             max_retries=run.max_retries,
             provider_options={**run.provider_options, **(step_cfg.provider_options or {})},
         )
-        yield StartStepChunk()
+        started = False  # start-step goes out once the model's stream has started, as the AI SDK sends it
 
         text_id: str | None = None
         reasoning_id: str | None = None
@@ -189,6 +189,9 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     break
                 finally:
                     signal.leave_wait()
+                if not started:
+                    started = True
+                    yield StartStepChunk()
                 if isinstance(event, TextDelta):
                     if text_id is None:
                         if reasoning_id is not None:  # reasoning ends where the answer starts
@@ -245,6 +248,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             close = getattr(stream, "aclose", None)
             if close is not None:
                 await close()
+        if not started:  # a stream that ended without an event still had a step
+            yield StartStepChunk()
         if reasoning_id is not None:
             yield ReasoningEndChunk(id=reasoning_id)
         if text_id is not None:

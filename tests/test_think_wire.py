@@ -94,22 +94,7 @@ async def our_frames(name: str, request: dict[str, Any], expected: int) -> list[
         await client.close()
 
 
-# Recordings we do not match yet, and why. Strict: a fix makes the test fail until the entry is removed.
-KNOWN_DIFFERENCES = {
-    "server_tool": "our scripted model streams a tool call's input (tool-input-start/-delta, as litellm providers "
-    "do) where the reference's mock sends it whole; apart from those frames and the seq after them it matches",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_DIFFERENCES[n]))
-        if n in KNOWN_DIFFERENCES
-        else n
-        for n in sorted(SCRIPTS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
 async def test_the_frames_match_a_recording_of_the_reference(name: str) -> None:
     recording = json.loads((WIRE / f"{name}.json").read_text())
     reference = recording["frames"]

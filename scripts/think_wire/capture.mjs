@@ -46,7 +46,7 @@ function ask(text) {
 // name -> [agent class (kebab case), what its mock model streams, the request]
 const scenarios = {
   plain_reply: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop", ask("hi")],
-  server_tool: ["calculator", "tool-call add {a:2,b:3}, finish tool-calls; then text 'It is 5.', finish stop",
+  server_tool: ["calculator", "tool-input-start add, tool-input-delta '{\"a\": 2,', tool-input-delta ' \"b\": 3}', tool-input-end, tool-call add, finish tool-calls; then text 'It is 5.', finish stop",
     ask("2+3?")],
   provider_error: ["broken", "doStream throws Error('provider exploded')", ask("hi")],
 };

@@ -43,7 +43,12 @@ export class Calculator extends Think {
         const chunks = answered
           ? [{ type: "text-start", id: "t2" }, { type: "text-delta", id: "t2", delta: "It is 5." },
              { type: "text-end", id: "t2" }]
-          : [{ type: "tool-call", toolCallId: "call_1", toolName: "add", input: '{"a":2,"b":3}' }];
+          : [ // streamed as a real provider streams a call's input
+            { type: "tool-input-start", id: "call_1", toolName: "add" },
+            { type: "tool-input-delta", id: "call_1", delta: '{"a": 2,' },
+            { type: "tool-input-delta", id: "call_1", delta: ' "b": 3}' },
+            { type: "tool-input-end", id: "call_1" },
+            { type: "tool-call", toolCallId: "call_1", toolName: "add", input: '{"a": 2, "b": 3}' }];
         return { stream: simulateReadableStream({ chunks: [
           { type: "stream-start", warnings: [] }, ...chunks,
           { type: "finish", finishReason: answered ? { unified: "stop", raw: "stop" }

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,13 +276,10 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                         "generation": spec.generation,
                     },
                 )
-                body = _turn_body(engine, spec)
-                try:
+                # Closing here (not at garbage collection) finalizes the turn inside its slot.
+                async with aclosing(_turn_body(engine, spec)) as body:
                     async for chunk in body:
                         yield chunk
-                finally:
-                    # Closing here (not at garbage collection) finalizes the turn inside its slot.
-                    await body.aclose()
                 if outcome.message is not None:
                     await _compact_between_turns(engine, spec.request_id)
         finally:
@@ -345,12 +343,9 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
     if spec.recover is not None:
         from .recovery import recover_turn  # recovery builds on this module
 
-        recovering = recover_turn(engine, spec)
-        try:
+        async with aclosing(recover_turn(engine, spec)) as recovering:
             async for chunk in recovering:
                 yield chunk
-        finally:
-            await recovering.aclose()
         return
     messages: list[UIMessage] = []
     if spec.input is not None:
@@ -390,12 +385,10 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.signal.aborted:  # a pre-aborted turn keeps its input but runs no model
             outcome.status = "aborted"
             return
-        inner = attempts(engine, spec, journal)
-        try:
+        # Closed at once when the consumer stops: the attempt is finalized now and still persists its partial.
+        async with aclosing(attempts(engine, spec, journal)) as inner:
             async for chunk in inner:
                 yield chunk
-        finally:
-            await inner.aclose()  # finalize the attempt now (a closed stream still persists its partial)
     finally:
         # The turn ended, whatever its status: only a crash leaves its record for recovery.
         await finish(spec, journal)
@@ -444,12 +437,9 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
                 async for chunk in _fail_setup(engine, spec, err, "turn", True):
                     yield chunk
                 return
-            running = run_pending(engine, run, holder, approved)
-            try:
+            async with aclosing(run_pending(engine, run, holder, approved)) as running:
                 async for chunk in running:
                     yield chunk
-            finally:
-                await running.aclose()
     while True:
         try:
             run = await prepare(engine, spec)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from ..chunks import (
@@ -282,12 +283,9 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         ]
         results: list[ToolResult] = []
         if runnable:
-            executing = run_calls(run, runnable, results)
-            try:
+            async with aclosing(run_calls(run, runnable, results)) as executing:
                 async for chunk in executing:
                     yield chunk
-            finally:
-                await executing.aclose()
             if on_chunk is not None:
                 for r in results:
                     await on_chunk(

@@ -4,6 +4,7 @@ living in an earlier assistant message. They run through the normal hooks; their
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from ..messages import ToolPart, UIMessage
@@ -41,12 +42,9 @@ async def run_pending(engine: Engine, run: Any, message: UIMessage, parts: list[
             call.validated = tool.validate_input(part.input if isinstance(part.input, dict) else {})
         calls.append(call)
     results: list[Any] = []
-    running = run_calls(run, [c for c in calls if c.tool is not None], results)
-    try:
+    async with aclosing(run_calls(run, [c for c in calls if c.tool is not None], results)) as running:
         async for chunk in running:
             yield chunk
-    finally:
-        await running.aclose()
     by_id = {r.tool_call_id: r for r in results}
     for part in parts:
         result = by_id.get(part.tool_call_id)

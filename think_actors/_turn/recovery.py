@@ -15,6 +15,7 @@ import contextvars
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -255,12 +256,9 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
 
         if reruns and partial is not None:
             run = await prepare(engine, spec)
-            running = run_pending(engine, run, partial, reruns)
-            try:
+            async with aclosing(run_pending(engine, run, partial, reruns)) as running:
                 async for chunk in running:
                     yield chunk
-            finally:
-                await running.aclose()
 
         spec.continuation = kind == "continue"
         # The partial is stored as a message now: the continuation's log starts empty, and any chunk it logs
@@ -268,12 +266,9 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
         record.progress = 0
         record.continuation = spec.continuation
         await journal.restart(new_id())
-        inner = attempts(engine, spec, journal)
-        try:
+        async with aclosing(attempts(engine, spec, journal)) as inner:
             async for chunk in inner:
                 yield chunk
-        finally:
-            await inner.aclose()
         if outcome.status == "completed" and not journal.resume:
             engine.publish("chat:recovery:completed", events)
     finally:

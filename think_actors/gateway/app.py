@@ -518,16 +518,10 @@ class Gateway:
                 return
 
     async def _send_messages(self, ws: web.WebSocketResponse, agent: Any, *, connect: bool = False) -> None:
-        messages = await agent.get_messages()
-        frame: dict[str, Any] = {"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}
-        if connect:
-            frame["connect"] = True
-        await ws.send_str(protocol.dumps(frame))
+        await ws.send_str(await _transcript_frame(agent, connect=connect))
 
     async def _broadcast_messages(self, room: _Room, agent: Any, *, skip: web.WebSocketResponse | None = None) -> None:
-        messages = await agent.get_messages()
-        frame = protocol.dumps({"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]})
-        await room.send(frame, skip=skip)
+        await room.send(await _transcript_frame(agent), skip=skip)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -549,6 +543,15 @@ class Gateway:
         """Wait until every turn started through this gateway has sent its last frame."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+async def _transcript_frame(agent: Any, *, connect: bool = False) -> str:
+    """The agent's stored messages as a ``cf_agent_chat_messages`` frame (``connect`` on a socket's first one)."""
+    messages = await agent.get_messages()
+    frame: dict[str, Any] = {"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}
+    if connect:
+        frame["connect"] = True
+    return protocol.dumps(frame)
 
 
 # Chunks that put nothing into the assistant message.

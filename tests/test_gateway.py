@@ -174,7 +174,8 @@ async def test_cancel_aborts_the_running_turn(gateway: Any) -> None:
             break
     await ws.send_str(json.dumps({"type": "cf_agent_chat_request_cancel", "id": "r"}))
     frames = await frames_until_done(ws, "r")
-    assert chunks(frames)[-1] == "abort"
+    # As the reference: the stream just ends (no abort chunk), and the terminal frame says how.
+    assert "abort" not in chunks(frames) and frames[-1]["outcome"] == "aborted"
     assert [m["parts"][-1]["text"] for m in transcript(frames)["messages"]] == ["long", "partial"]
 
 
@@ -375,7 +376,7 @@ async def test_a_client_tool_result_frame_auto_continues_and_every_tab_sees_the_
 
 
 async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() -> None:
-    model = ScriptedModel([tool_call("charge", {"amount": 7}, id="p1"), text("paid 7")])
+    model = ScriptedModel([tool_call("charge", {"amount": 7}, id="p1"), delay(0.2) + text("paid 7")])
     directory = LocalDirectory([Payments], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/payments/a1")
@@ -386,9 +387,13 @@ async def test_an_approval_frame_runs_the_approved_tool_in_the_continuation() ->
         await ws.send_str(
             json.dumps({"type": "cf_agent_tool_approval", "toolCallId": "p1", "approved": True, "autoContinue": True})
         )
+        # The socket that approved follows the continuation as the npm client does: RESUMING, ACK, replay, live.
+        resuming = await receive_until(ws, lambda f: f["type"] == "cf_agent_stream_resuming")
+        await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": resuming[-1]["id"]}))
         seen = await receive_until(ws, continuation_done)
         bodies = [json.loads(f["body"]) for f in seen if f["type"] == "cf_agent_use_chat_response" and f["body"]]
         assert {"type": "tool-output-available", "toolCallId": "p1", "output": "charged 7"} in bodies
+        assert {f["id"] for f in seen if f["type"] == "cf_agent_use_chat_response"} == {resuming[-1]["id"]}
         transcript = await (await client.get("/agents/payments/a1/get-messages")).json()
         assert transcript[-1]["parts"][-1]["text"] == "paid 7"
         bad = {"type": "cf_agent_tool_approval", "toolCallId": "p1"}
@@ -573,7 +578,7 @@ class Patient(ta.Think):
 
 
 async def test_a_tab_that_connects_while_a_request_waits_hears_pending_then_resuming() -> None:
-    model = ScriptedModel([step(text("first"), delay(0.1)), text("the debounced answer")])
+    model = ScriptedModel([step(text("first"), delay(0.1)), delay(0.2) + text("the debounced answer")])
     directory = LocalDirectory([Patient], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
         ws = await client.ws_connect("/agents/patient/p")
@@ -588,4 +593,4 @@ async def test_a_tab_that_connects_while_a_request_waits_hears_pending_then_resu
         assert resuming[-1]["id"] == "r2"
         await tab.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r2"}))
         frames = await receive_until(tab, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
-        assert "the debounced answer" in "".join(f["body"] for f in frames)
+        assert "the debounced answer" in "".join(f["body"] for f in frames if f["type"] == "cf_agent_use_chat_response")

@@ -112,8 +112,8 @@ def answered(frames: list[dict[str, Any]]) -> bool:
 async def test_queue_runs_every_request_in_order() -> None:
     frames, _, transcript = await chat(Queued, slow_then("second"), [("r1", "u1", "one"), ("r2", "u2", "two")])
     assert answered(frames["r1"]) and answered(frames["r2"])
-    # The overlapping message is stored when its turn starts, so the history keeps the conversation's order.
-    assert transcript == [("user", "one"), ("assistant", "first"), ("user", "two"), ("assistant", "second")]
+    # As the reference: the overlapping message is stored on arrival, before the running turn's reply.
+    assert transcript == [("user", "one"), ("user", "two"), ("assistant", "first"), ("assistant", "second")]
 
 
 async def test_latest_runs_only_the_newest_which_sees_every_message() -> None:
@@ -123,14 +123,16 @@ async def test_latest_runs_only_the_newest_which_sees_every_message() -> None:
     assert (answered(frames["r2"]), answered(frames["r3"])) == (False, True)
     assert frames["r2"] == [SKIPPED_R2]
     assert stats["requests"] == 2
-    assert transcript == [
+    assert transcript == [  # every message stored on arrival (reference §2.3)
         ("user", "one"),
-        ("assistant", "first"),
         ("user", "two"),
         ("user", "three"),
+        ("assistant", "first"),
         ("assistant", "answer to two and three"),
     ]
-    assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"][-2:] == ["two", "three"]
+    # It sees both newer messages; its history ends with the first reply, so the reference's ephemeral
+    # "continue" message follows.
+    assert [m["content"] for m in model.requests[1].messages if m["role"] == "user"][-3:-1] == ["two", "three"]
 
 
 async def test_merge_keeps_every_message_for_one_turn() -> None:

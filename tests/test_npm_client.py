@@ -92,7 +92,10 @@ async def test_a_server_tool(node: Any) -> None:
 
 
 async def test_a_client_tool_with_auto_continue(node: Any) -> None:
-    model = ScriptedModel([tool_call("get_location", {}, id="loc1"), text("You are in Oslo.")])
+    # The continuation's model takes a moment to answer, as a real one does: the client acknowledges the
+    # continuation's RESUMING frame before its stream ends (as with the reference, a stream that ends before
+    # the acknowledgement reaches the client only as its end and the stored transcript).
+    model = ScriptedModel([tool_call("get_location", {}, id="loc1"), delay(0.2) + text("You are in Oslo.")])
     result = await node(model, "clientTool")
     [call] = [p for p in result["first"]["parts"] if p["type"] == "tool-get_location"]
     assert call["state"] == "input-available"

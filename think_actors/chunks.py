@@ -58,6 +58,7 @@ __all__ = [
     "ToolUpdate",
     "UIChunk",
     "parse_chunk",
+    "ui_finish_reason",
 ]
 
 
@@ -214,6 +215,24 @@ class FinishChunk(WireModel):
     type: Literal["finish"] = "finish"
     finish_reason: str | None = None
     message_metadata: dict[str, Any] | None = None
+
+
+# The AI SDK's unified finish reasons, which UI streams carry, from the provider's (OpenAI-style) raw ones.
+_UI_FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "tool-calls": "tool-calls",
+    "content_filter": "content-filter",
+    "content-filter": "content-filter",
+    "error": "error",
+}
+
+
+def ui_finish_reason(raw: str | None) -> str | None:
+    """The ``finishReason`` a UI ``finish`` chunk carries: ``tool_calls`` becomes ``tool-calls``, unknown ``other``."""
+    return None if raw is None else _UI_FINISH_REASONS.get(raw, "other")
 
 
 class ErrorChunk(WireModel):

@@ -23,49 +23,147 @@ async function bundle() {
   return text;
 }
 
-function converse(base, agent, name, request) {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${base.replace("http", "ws")}agents/${agent}/${name}`);
-    const frames = [];
-    ws.on("message", (data) => {
-      const frame = JSON.parse(data.toString());
-      frames.push(frame);
-      if (frame.type === "cf_agent_use_chat_response" && frame.done) { ws.close(); resolve(frames); }
-    });
-    ws.on("open", () => setTimeout(() => ws.send(JSON.stringify(request)), 200));
-    ws.on("error", reject);
-    setTimeout(() => reject(new Error(`no done frame; got ${JSON.stringify(frames)}`)), 10000);
-  });
+// A scenario is a list of actions, stored with the recording so tests/test_think_wire.py replays the same ones:
+//   {open: "a"}                          open socket "a" on the scenario's agent
+//   {send: "a", frame}                   send a frame; a value {$from: TYPE, key} is taken from the last TYPE frame
+//   {wait: "a", for: PATTERN, count?}    wait until socket "a" has received `count` (1) frames matching PATTERN
+//   {settle: MS}                         wait until no socket has received anything for MS milliseconds
+//   {close: "a"}
+// PATTERN keys must equal the frame's; the key `chunk` matches the type of the UI chunk in a response's body.
+export function matches(frame, pattern) {
+  return Object.entries(pattern).every(([key, want]) => key === "chunk"
+    ? frame.type === "cf_agent_use_chat_response" && !!frame.body && !frame.error && JSON.parse(frame.body).type === want
+    : frame[key] === want);
 }
 
-function ask(text) {
-  return { type: "cf_agent_use_chat_request", id: "req-1", init: { method: "POST", body: JSON.stringify({
-    messages: [{ id: "u1", role: "user", parts: [{ type: "text", text }] }], trigger: "submit-message" }) } };
+function resolve(value, frames) {
+  if (Array.isArray(value)) return value.map((v) => resolve(v, frames));
+  if (value && typeof value === "object") {
+    if ("$from" in value) return frames.findLast((f) => f.type === value.$from)?.[value.key];
+    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, resolve(v, frames)]));
+  }
+  return value;
 }
 
-// name -> [agent class (kebab case), what its mock model streams, the request]
+async function play(base, agent, name, actions) {
+  const sockets = {};
+  const frames = {};
+  let last = Date.now();
+  const until = async (check, what) => {
+    const deadline = Date.now() + 10000;
+    while (!check()) {
+      if (Date.now() > deadline) throw new Error(`${name}: timed out waiting for ${what}; got ${JSON.stringify(frames)}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  };
+  for (const action of actions) {
+    if (action.open) {
+      const label = action.open;
+      frames[label] = [];
+      const ws = new WebSocket(`${base.replace("http", "ws")}agents/${agent}/${name}`);
+      ws.on("message", (data) => { frames[label].push(JSON.parse(data.toString())); last = Date.now(); });
+      await new Promise((ok, fail) => { ws.on("open", ok); ws.on("error", fail); });
+      sockets[label] = ws;
+    } else if (action.send) {
+      sockets[action.send].send(JSON.stringify(resolve(action.frame, frames[action.send])));
+    } else if (action.wait) {
+      const count = action.count ?? 1;
+      await until(() => frames[action.wait].filter((f) => matches(f, action.for)).length >= count,
+        `${count} × ${JSON.stringify(action.for)} on ${action.wait}`);
+    } else if (action.settle) {
+      last = Date.now();
+      await until(() => Date.now() - last >= action.settle, "silence");
+    } else if (action.close) {
+      sockets[action.close].close();
+      delete sockets[action.close];
+    }
+  }
+  for (const ws of Object.values(sockets)) ws.close();
+  return frames;
+}
+
+function ask(text, { id = "req-1", history = [], ...body } = {}) {
+  const messages = [...history, { id: `u${history.length + 1}`, role: "user", parts: [{ type: "text", text }] }];
+  return { type: "cf_agent_use_chat_request", id, init: { method: "POST", body: JSON.stringify({
+    messages, trigger: "submit-message", ...body }) } };
+}
+
+const DONE = { type: "cf_agent_use_chat_response", done: true };
+const conversation = (request) => [{ open: "a" }, { settle: 300 }, { send: "a", frame: request }, { wait: "a", for: DONE },
+  { settle: 300 }];
+const locate = { clientTools: [{ name: "getLocation", description: "Where the user is",
+  parameters: { type: "object", properties: {} } }] };
+// The continuation after a tool result or approval is announced with cf_agent_stream_resuming; a socket that
+// acknowledges it (as the npm client does) is sent the stream, one that does not hears only how it ended.
+const RESUMING = { type: "cf_agent_stream_resuming" };
+const acknowledge = [{ wait: "a", for: RESUMING },
+  { send: "a", frame: { type: "cf_agent_stream_resume_ack", id: { $from: "cf_agent_stream_resuming", key: "id" } } }];
+const approve = (approved, ack) => [...conversation(ask("delete /tmp/x")),
+  { send: "a", frame: { type: "cf_agent_tool_approval", toolCallId: "call_1", approved, autoContinue: true } },
+  ...(ack ? acknowledge : []), { wait: "a", for: DONE, count: 2 }, { settle: 300 }];
+
+// name -> [agent class (kebab case), what its mock model streams, the actions]
 const scenarios = {
-  plain_reply: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop", ask("hi")],
+  plain_reply: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop",
+    conversation(ask("hi"))],
   server_tool: ["calculator", "tool-input-start add, tool-input-delta '{\"a\": 2,', tool-input-delta ' \"b\": 3}', tool-input-end, tool-call add, finish tool-calls; then text 'It is 5.', finish stop",
-    ask("2+3?")],
-  provider_error: ["broken", "doStream throws Error('provider exploded')", ask("hi")],
+    conversation(ask("2+3?"))],
+  provider_error: ["broken", "doStream throws Error('provider exploded')", conversation(ask("hi"))],
+  client_tool: ["locator", "tool-call getLocation {} (a client tool), finish tool-calls; after the result: text 'You are in Paris.'",
+    [...conversation(ask("where am I?", locate)),
+      { send: "a", frame: { type: "cf_agent_tool_result", toolCallId: "call_1", toolName: "getLocation",
+        output: { city: "Paris" }, autoContinue: true } },
+      ...acknowledge, { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
+  client_tool_error: ["locator", "tool-call getLocation {} (a client tool), finish tool-calls",
+    [...conversation(ask("where am I?", locate)),
+      { send: "a", frame: { type: "cf_agent_tool_result", toolCallId: "call_1", toolName: "getLocation",
+        output: null, state: "output-error", errorText: "no GPS" } },
+      { settle: 500 }]],
+  approval_granted: ["guarded", "tool-call deleteFile {path: '/tmp/x'} (needsApproval), finish tool-calls; after the result: text 'Done.'",
+    approve(true, true)],
+  approval_denied: ["guarded", "tool-call deleteFile {path: '/tmp/x'} (needsApproval), finish tool-calls; after the denial: text 'Done.' (the socket does not acknowledge the continuation)",
+    approve(false, false)],
+  cancel: ["staller", "text-start, text-delta 'Hel', then nothing until the request is aborted",
+    [{ open: "a" }, { settle: 300 }, { send: "a", frame: ask("hi") }, { wait: "a", for: { chunk: "text-delta" } },
+      { send: "a", frame: { type: "cf_agent_chat_request_cancel", id: "req-1" } }, { wait: "a", for: DONE },
+      { settle: 300 }]],
+  resume: ["staller", "text-start, text-delta 'Hel', then nothing until the request is aborted",
+    [{ open: "a" }, { settle: 300 }, { send: "a", frame: ask("hi") }, { wait: "a", for: { chunk: "text-delta" } },
+      { open: "b" }, { wait: "b", for: { type: "cf_agent_stream_resuming" } },
+      { send: "b", frame: { type: "cf_agent_stream_resume_ack", id: { $from: "cf_agent_stream_resuming", key: "id" } } },
+      { settle: 300 }, { send: "a", frame: { type: "cf_agent_chat_request_cancel", id: "req-1" } },
+      { wait: "a", for: DONE }, { settle: 300 }]],
+  resume_when_idle: ["assistant", "nothing (no turn runs)",
+    [{ open: "a" }, { settle: 300 }, { send: "a", frame: { type: "cf_agent_stream_resume_request" } }, { settle: 300 }]],
+  clear: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop",
+    [{ open: "a" }, { open: "b" }, { settle: 300 }, { send: "a", frame: ask("hi") }, { wait: "a", for: DONE },
+      { settle: 300 }, { send: "a", frame: { type: "cf_agent_chat_clear" } }, { settle: 300 }]],
+  queued_requests: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop (each turn)",
+    [{ open: "a" }, { settle: 300 }, { send: "a", frame: ask("one") },
+      { send: "a", frame: ask("two", { id: "req-2", history: [{ id: "u1", role: "user", parts: [{ type: "text", text: "one" }] }] }) },
+      { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
+  regenerate: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop (each turn)",
+    [...conversation(ask("hi")),
+      { send: "a", frame: { ...ask("hi", { id: "req-2" }), init: { method: "POST", body: JSON.stringify({
+        messages: [{ id: "u1", role: "user", parts: [{ type: "text", text: "hi" }] }], trigger: "regenerate-message" }) } } },
+      { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
 };
 
 const mf = new Miniflare({
   modules: [{ type: "ESModule", path: "worker.mjs", contents: await bundle() }],
   compatibilityDate: "2026-07-29", compatibilityFlags: ["nodejs_compat"], host: "127.0.0.1", port: 0,
-  durableObjects: Object.fromEntries(["Assistant", "Calculator", "Broken"].map(
+  durableObjects: Object.fromEntries(["Assistant", "Calculator", "Broken", "Locator", "Guarded", "Staller"].map(
     (c) => [c, { className: c, useSQLite: true }])),
 });
 try {
   const base = (await mf.ready).href;
   mkdirSync(OUT, { recursive: true });
-  for (const [name, [agent, model, request]] of Object.entries(scenarios)) {
-    const frames = await converse(base, agent, name.replaceAll("_", "-"), request);
+  for (const [name, [agent, model, actions]] of Object.entries(scenarios)) {
+    const sockets = await play(base, agent, name.replaceAll("_", "-"), actions);
     const record = { source: "@cloudflare/think 0.23.0, agents 0.32.0, ai 7.0.173 in workerd (miniflare 4.20260730.0)",
-      agent, model: `MockLanguageModelV4: ${model}`, request, frames };
+      agent, model: `MockLanguageModelV4: ${model}`, actions, sockets };
     writeFileSync(new URL(`${name}.json`, OUT), JSON.stringify(record, null, 1) + "\n");
-    console.log(`${name}: ${frames.length} frames`);
+    console.log(`${name}: ${Object.entries(sockets).map(([s, f]) => `${s} ${f.length} frames`).join(", ")}`);
   }
 } finally {
   await mf.dispose();

@@ -5,18 +5,19 @@ import { MockLanguageModelV4 } from "ai/test";
 import { simulateReadableStream, tool } from "ai";
 import { z } from "zod";
 
+let texts = 0; // every text part gets an id of its own, as the AI SDK's providers give them
 const usage = { inputTokens: { total: 3, noCache: 3, cacheRead: 0, cacheWrite: 0 },
                 outputTokens: { total: 2, text: 2, reasoning: 0 } };
 
 function model() {
   return new MockLanguageModelV4({
-    doStream: async () => ({
+    doStream: async (_, id = `t${++texts}`) => ({
       stream: simulateReadableStream({ chunks: [
         { type: "stream-start", warnings: [] },
-        { type: "text-start", id: "t1" },
-        { type: "text-delta", id: "t1", delta: "Hello" },
-        { type: "text-delta", id: "t1", delta: " there" },
-        { type: "text-end", id: "t1" },
+        { type: "text-start", id },
+        { type: "text-delta", id, delta: "Hello" },
+        { type: "text-delta", id, delta: " there" },
+        { type: "text-end", id },
         { type: "finish", finishReason: { unified: "stop", raw: "stop" }, usage },
       ] }),
     }),
@@ -67,5 +68,68 @@ export class Calculator extends Think {
 export class Broken extends Think {
   getModel() {
     return new MockLanguageModelV4({ doStream: async () => { throw new Error("provider exploded"); } });
+  }
+}
+
+// A scripted model: `reply(prompt)` returns the chunks of one step (between stream-start and finish). The step
+// after a tool result starts 300 ms late, so a socket's acknowledgement of the continuation arrives before it.
+function scripted(reply) {
+  return new MockLanguageModelV4({
+    doStream: async ({ prompt }) => {
+      const chunks = reply(prompt);
+      const calls = chunks.some((c) => c.type === "tool-call");
+      return { stream: simulateReadableStream({ initialDelayInMs: answered(prompt) ? 300 : 0, chunks: [
+        { type: "stream-start", warnings: [] }, ...chunks,
+        { type: "finish", finishReason: calls ? { unified: "tool-calls", raw: "tool_calls" }
+          : { unified: "stop", raw: "stop" }, usage },
+      ] }) };
+    },
+  });
+}
+
+const answered = (prompt) => prompt.at(-1)?.role === "tool";
+const say = (text, id = `t${++texts}`) => [{ type: "text-start", id }, { type: "text-delta", id, delta: text }, { type: "text-end", id }];
+// A call's input streams in two halves, as a real provider streams it (and as think_actors' scripted model does).
+const call = (toolName, input) => {
+  const half = Math.floor(input.length / 2);
+  return [{ type: "tool-input-start", id: "call_1", toolName },
+    { type: "tool-input-delta", id: "call_1", delta: input.slice(0, half) },
+    { type: "tool-input-delta", id: "call_1", delta: input.slice(half) },
+    { type: "tool-input-end", id: "call_1" }, { type: "tool-call", toolCallId: "call_1", toolName, input }];
+};
+
+// A client tool (offered in the request body): the first step calls it, the continuation after its result answers.
+export class Locator extends Think {
+  getModel() {
+    return scripted((prompt) => answered(prompt) ? say("You are in Paris.") : call("getLocation", '{}'));
+  }
+}
+
+// A server tool that needs a person's approval before it runs.
+export class Guarded extends Think {
+  getModel() {
+    return scripted((prompt) => answered(prompt) ? say("Done.") : call("deleteFile", '{"path": "/tmp/x"}'));
+  }
+  getTools() {
+    return { deleteFile: tool({ description: "Delete a file", inputSchema: z.object({ path: z.string() }),
+      needsApproval: true, execute: async ({ path }) => `deleted ${path}` }) };
+  }
+}
+
+// A model that streams the start of an answer, then waits until the turn is aborted (as a slow provider would).
+export class Staller extends Think {
+  getModel() {
+    return new MockLanguageModelV4({
+      doStream: async ({ abortSignal }) => ({
+        stream: new ReadableStream({
+          start(controller) {
+            for (const chunk of [{ type: "stream-start", warnings: [] }, { type: "text-start", id: "t1" },
+              { type: "text-delta", id: "t1", delta: "Hel" }]) controller.enqueue(chunk);
+            abortSignal?.addEventListener("abort", () =>
+              controller.error(abortSignal.reason ?? new DOMException("aborted", "AbortError")));
+          },
+        }),
+      }),
+    });
   }
 }

@@ -437,6 +437,9 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
                 async for chunk in _fail_setup(engine, spec, err, "turn", True):
                     yield chunk
                 return
+            # The stream starts before the calls' outputs (reference), and the model's attempt does not start it again.
+            yield StartChunk(message_id=None)
+            started = False
             async with aclosing(run_pending(engine, run, holder, approved)) as running:
                 async for chunk in running:
                     yield chunk

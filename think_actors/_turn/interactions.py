@@ -54,7 +54,9 @@ class Interactions:
                 return None  # already settled: the first answer wins
             if error is not None:
                 return part.model_copy(update={"state": "output-error", "error_text": error})
-            return part.model_copy(update={"state": "output-available", "output": _jsonable(output)})
+            return part.model_copy(
+                update={"state": "output-available", "output": _jsonable(output), "preliminary": False}
+            )
 
         return await self._apply(tool_call_id, settle, auto_continue)
 

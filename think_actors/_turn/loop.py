@@ -28,6 +28,7 @@ from ..chunks import (
     ToolApprovalRequestChunk,
     ToolInputDeltaChunk,
     ToolInputStartChunk,
+    ui_finish_reason,
 )
 from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
 from ..messages import FilePart, SourceUrlPart, new_id
@@ -336,4 +337,4 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             break
         # Build on the turn's messages, not on ``messages``: a before_step override is for its own step only.
         run.messages = [*run.messages, *added]
-    yield FinishChunk(finish_reason=run.finish_reason)
+    yield FinishChunk(finish_reason=ui_finish_reason(run.finish_reason))

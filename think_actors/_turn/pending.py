@@ -17,7 +17,7 @@ NO_LONGER_AVAILABLE = "The tool is no longer available."
 def settled(part: ToolPart, output: Any, error: str | None) -> ToolPart:
     if error is not None:
         return part.model_copy(update={"state": "output-error", "error_text": error})
-    return part.model_copy(update={"state": "output-available", "output": output})
+    return part.model_copy(update={"state": "output-available", "output": output, "preliminary": False})
 
 
 async def settle_part(engine: Engine, message_id: str, tool_call_id: str, output: Any, error: str | None) -> None:
@@ -29,7 +29,9 @@ async def settle_part(engine: Engine, message_id: str, tool_call_id: str, output
         settled(p, output, error) if isinstance(p, ToolPart) and p.tool_call_id == tool_call_id else p
         for p in stored.parts
     )
-    await engine.replace(stored.model_copy(update={"parts": parts}))
+    changed = stored.model_copy(update={"parts": parts})
+    await engine.replace(changed)
+    engine.publish("message:updated", {"message": changed.to_wire()})  # a change to an earlier message
 
 
 async def run_pending(engine: Engine, run: Any, message: UIMessage, parts: list[ToolPart]) -> AsyncGenerator[Any, None]:

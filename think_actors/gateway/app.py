@@ -104,7 +104,11 @@ class _Room:
         self.last: _Stream | None = None  # the last one that ended
         self.terminal: _Stream | None = None  # the last stream, if it ended in an error nobody has replayed yet
         self.resuming: set[web.WebSocketResponse] = set()  # told RESUMING, replay after their ACK
-        self.parked: dict[web.WebSocketResponse, Any] = {}  # told PENDING: a continuation is on its way
+        self.replaying: set[web.WebSocketResponse] = set()  # ACKed, catching up on the stream's frames so far
+        self.parked: dict[web.WebSocketResponse, Any] = {}  # told PENDING: a stream is on its way
+        # Sockets whose tool answer asked for the continuation: told RESUMING when it starts (reference).
+        self.awaiting: dict[web.WebSocketResponse, Any] = {}
+        self.owner: web.WebSocketResponse | None = None  # the socket whose answer last asked for a continuation
         self.agent_class: type[Think] | None = None
         self.turns = asyncio.Lock()  # the room's chat requests, one at a time, in arrival order
         self.in_flight = 0  # chat requests accepted and not yet done
@@ -112,9 +116,10 @@ class _Room:
         self.sequence = 0
         self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
 
-    async def send(self, text: str, *, skip: web.WebSocketResponse | None = None) -> None:
+    async def send(self, text: str, *, skip: web.WebSocketResponse | None = None, live: bool = False) -> None:
+        """Send to every socket; a stream's ``live`` frames skip the sockets that are to get them by replay."""
         for ws in list(self.sockets):
-            if ws is skip or ws.closed or ws in self.resuming:
+            if ws is skip or ws.closed or (live and (ws in self.resuming or ws in self.replaying)):
                 continue
             try:
                 await ws.send_str(text)
@@ -230,7 +235,11 @@ class Gateway:
         finally:
             room.sockets.discard(ws)
             room.resuming.discard(ws)
+            room.replaying.discard(ws)
             room.parked.pop(ws, None)
+            room.awaiting.pop(ws, None)
+            if room.owner is ws:
+                room.owner = None  # any socket may now follow the continuation it asked for
         return ws
 
     async def _frame(self, ws: web.WebSocketResponse, room: _Room, agent: Any, text: str) -> None:
@@ -254,22 +263,7 @@ class Gateway:
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
             elif kind == protocol.STREAM_RESUME_REQUEST:
-                probe = frame.get("probeId")
-                if room.active is not None:
-                    await self._offer_resume(ws, room, probe)
-                elif room.terminal is not None:
-                    # A tab that was away learns how the last turn failed: its frames, ending in the error.
-                    await self._offer_resume(ws, room, probe, room.terminal.request_id)
-                elif room.expecting or room.in_flight > 0:
-                    # An auto-continuation is armed (coalescing), or an accepted request waits for its turn:
-                    # answer when the stream starts (reference: STREAM_PENDING, then RESUMING).
-                    room.parked[ws] = probe
-                    await ws.send_str(
-                        protocol.dumps({"type": protocol.STREAM_PENDING, **({"probeId": probe} if probe else {})})
-                    )
-                else:
-                    reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "idle"}
-                    await ws.send_str(protocol.dumps({**reply, **({"probeId": probe} if probe else {})}))
+                await self._resume_request(ws, room, frame.get("probeId"))
             elif kind == protocol.STREAM_RESUME_ACK:
                 await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
@@ -279,7 +273,7 @@ class Gateway:
                 error = None
                 if frame.get("state") == "output-error":
                     error = frame.get("errorText") or DENIED
-                room.expecting = room.expecting or bool(frame.get("autoContinue"))
+                self._expect_continuation(ws, room, frame)
                 await agent.add_tool_result(
                     call, frame.get("output"), error=error, auto_continue=bool(frame.get("autoContinue"))
                 )
@@ -287,6 +281,7 @@ class Gateway:
                 call = protocol.tool_call_id(frame)
                 if not isinstance(frame.get("approved"), bool):
                     raise FrameError(f"{protocol.TOOL_APPROVAL} needs approved: true or false")
+                self._expect_continuation(ws, room, frame)
                 await agent.add_tool_approval(call, frame["approved"], auto_continue=bool(frame.get("autoContinue")))
             else:
                 raise FrameError(
@@ -299,6 +294,39 @@ class Gateway:
         except Exception as err:  # a frame must never cost the socket or the agent
             log.exception("frame handling failed")
             await _error(ws, f"could not handle the frame: {type(err).__name__}: {err}")
+
+    @staticmethod
+    def _expect_continuation(ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any]) -> None:
+        """A tool answer that asks to auto-continue: its socket follows the continuation through a resume."""
+        if frame.get("autoContinue"):
+            room.expecting = True
+            room.owner = ws
+            room.awaiting[ws] = None
+
+    async def _resume_request(self, ws: web.WebSocketResponse, room: _Room, probe: Any) -> None:
+        """A client asks for the running stream (reference ``handleResumeRequest``)."""
+        probe_ids = {"probeId": probe} if probe else {}
+        active = room.active
+        if active is not None:
+            if active.continuation and room.owner is not None and room.owner is not ws and room.owner in room.sockets:
+                # Another tab asked for this continuation and follows it; this one sees its frames live.
+                reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "continuation-owned", **probe_ids}
+                await ws.send_str(protocol.dumps(reply))
+            else:
+                await self._offer_resume(ws, room, probe)
+        elif room.expecting and (room.owner is None or room.owner is ws):
+            # The continuation is armed (coalescing): the socket hears RESUMING when it starts.
+            room.awaiting[ws] = probe
+            await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING, **probe_ids}))
+        elif room.terminal is not None:
+            # A tab that was away learns how the last turn failed: its frames, ending in the error.
+            await self._offer_resume(ws, room, probe, room.terminal.request_id)
+        elif room.in_flight > 0:
+            # An accepted request waits for its turn: answer when its stream starts (STREAM_PENDING, then RESUMING).
+            room.parked[ws] = probe
+            await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING, **probe_ids}))
+        else:
+            await ws.send_str(protocol.dumps({"type": protocol.STREAM_RESUME_NONE, "reason": "idle", **probe_ids}))
 
     async def _new_messages(self, agent: Any, body: dict[str, Any]) -> list[UIMessage]:
         """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
@@ -333,12 +361,8 @@ class Gateway:
         if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, body)):
             await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
             return
-        # Not overlapping: stored now, before the turn is queued (reference). Overlapping: stored when its turn
-        # reaches the front, so the history keeps the order in which the conversation happened (the running
-        # turn's reply before the messages that arrived while it ran).
-        held = await self._new_messages(agent, body) if overlapping else None
-        if held is None:
-            await self._persist(ws, room, agent, body)
+        # Stored now, before the turn is queued, even while another turn runs (reference §1.1, §2.3).
+        await self._persist(ws, room, agent, body)
         room.sequence += 1
         sequence = room.sequence
         if overlapping and strategy in ("latest", "merge", "debounce"):
@@ -346,9 +370,7 @@ class Gateway:
         room.in_flight += 1
         # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
         supersedable = overlapping and strategy in ("latest", "merge", "debounce")
-        self._spawn(
-            self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, held or [])
-        )
+        self._spawn(self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws))
 
     async def _run_turn(
         self,
@@ -359,7 +381,6 @@ class Gateway:
         sequence: int,
         debounce_s: float,
         sender: web.WebSocketResponse,
-        held: list[UIMessage],
     ) -> None:
         """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
         try:
@@ -367,16 +388,14 @@ class Gateway:
                 await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
             async with room.turns:
                 if sequence and sequence < room.newest:
-                    # Superseded: a newer message will answer, seeing this one too (it is stored now).
-                    if held:
-                        await agent.add_messages(held)
+                    # Superseded: a newer message will answer, seeing this one too (it is stored).
                     await sender.send_str(protocol.skipped_frame(request_id, body))
                     return
                 custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
                 client_tools = body.get("clientTools") or None
                 branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
                 stream = agent.chat(
-                    held, request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
+                    [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
                 )
                 origin = protocol.origin_message_ids(body["messages"])
                 await self._pump(room, agent, request_id, stream, continuation=False, origin=origin)
@@ -416,16 +435,19 @@ class Gateway:
         As the reference does, the stored transcript goes out before the terminal frame, and terminal frames
         carry the ids of the user messages the request brought (``messageIds``)."""
         stream = room.active = _Stream(request_id, continuation)
+        waiting = dict(room.parked)  # sockets waiting for a stream to start
+        room.parked.clear()
         if continuation:
             room.expecting = False
-        for parked, probe in list(room.parked.items()):  # sockets waiting for this stream to start
-            room.parked.pop(parked, None)
-            if not parked.closed:
-                await self._offer_resume(parked, room, probe)
+            waiting.update(room.awaiting)  # and the ones whose answer asked for this continuation
+            room.awaiting.clear()
+        for ws, probe in waiting.items():
+            if not ws.closed:
+                await self._offer_resume(ws, room, probe)
 
-        async def send(frame: dict[str, Any]) -> None:
+        async def send(frame: dict[str, Any], live: bool = True) -> None:
             stream.frames.append(frame)
-            await room.send(protocol.dumps(frame))
+            await room.send(protocol.dumps(frame), live=live)
 
         try:
             terminal, stored = await self._relay(request_id, chunks, send, continuation, origin)
@@ -434,6 +456,7 @@ class Gateway:
                     await self._broadcast_messages(room, agent)
             except Exception:  # the agent went away after its turn: the terminal frame still goes out
                 log.exception("could not send the transcript after turn %s", request_id)
+            room.resuming.clear()  # as the reference: sockets that never ACKed hear how the stream ended
             await send(terminal)
         finally:
             stream.done = True
@@ -456,6 +479,8 @@ class Gateway:
                 aborted = aborted or chunk.type == "abort"
                 failed = failed or chunk.type == "error"
                 produced = produced or chunk.type not in _NO_CONTENT
+                if chunk.type == "abort":
+                    continue  # as the reference: an aborted stream just ends, and the terminal frame says so
                 if chunk.type == "agent-tool-event":
                     # A child agent's progress goes out as its own frame, as the reference sends it: clients
                     # that know no such chunk type never see one inside their UI message stream.
@@ -493,29 +518,39 @@ class Gateway:
 
     async def _replay(self, ws: web.WebSocketResponse, room: _Room, request_id: Any) -> None:
         """After an ACK: every frame of the stream so far (``replay``), then live frames again."""
+        room.resuming.discard(ws)
         stream = room.active if room.active is not None and room.active.request_id == request_id else None
         if stream is None and room.last is not None and room.last.request_id == request_id:
             stream = room.last
         if stream is None:
-            room.resuming.discard(ws)
             await ws.send_str(protocol.dumps(protocol.response(str(request_id or ""), "", done=True, replay=True)))
             return
         # The socket stays out of the live broadcast until it has every frame so far, so none is sent twice or
-        # out of order; the last check and leaving the resuming set happen with no await between them.
+        # out of order; the last check and leaving the replaying set happen with no await between them.
+        room.replaying.add(ws)
         sent = 0
         marked = False
-        while True:
-            while sent < len(stream.frames):
-                await ws.send_str(protocol.dumps({**stream.frames[sent], "replay": True}))
-                sent += 1
-            if not marked and not stream.done:
-                marked = True
-                marker = protocol.response(stream.request_id, "", done=False, replay=True, replayComplete=True)
-                await ws.send_str(protocol.dumps(marker))
-                continue
-            if sent == len(stream.frames):
-                room.resuming.discard(ws)
-                return
+        try:
+            while True:
+                while sent < len(stream.frames):
+                    await ws.send_str(protocol.dumps({**stream.frames[sent], "replay": True}))
+                    sent += 1
+                if not marked and not stream.done:
+                    marked = True
+                    marker = protocol.response(
+                        stream.request_id,
+                        "",
+                        done=False,
+                        replay=True,
+                        replayComplete=True,
+                        continuation=stream.continuation,
+                    )
+                    await ws.send_str(protocol.dumps(marker))
+                    continue
+                if sent == len(stream.frames):
+                    return
+        finally:
+            room.replaying.discard(ws)
 
     async def _send_messages(self, ws: web.WebSocketResponse, agent: Any, *, connect: bool = False) -> None:
         await ws.send_str(await _transcript_frame(agent, connect=connect))

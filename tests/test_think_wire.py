@@ -80,20 +80,18 @@ SCRIPTS: dict[str, tuple[type[ta.Think], list[Any]]] = {
     "regenerate": (Assistant, [HELLO, HELLO]),
 }
 
-# Extensions of ours the reference does not send: the time a message was created.
-EXTENSIONS = ("createdAt",)
 RENAMED = ("id", "messageId", "approvalId")
 
 
 def normalised(frames: list[dict[str, Any]], names: dict[str, str]) -> list[Any]:
-    """The frames with chunk bodies parsed, our extension fields dropped, and every generated id renamed."""
+    """The frames with chunk bodies parsed and every generated id renamed."""
 
     def rename(value: str) -> str:
         return names.setdefault(value, f"<id{len(names)}>")
 
     def walk(value: Any, key: str = "") -> Any:
         if isinstance(value, dict):
-            return {k: walk(v, k) for k, v in value.items() if k not in EXTENSIONS}
+            return {k: walk(v, k) for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, str) and (key in RENAMED or (key == "messageIds")):

@@ -193,7 +193,7 @@ class Gateway:
     async def _get_messages(self, request: web.Request) -> web.Response:
         _, agent = await self._agent(request)
         messages = await agent.get_messages()
-        return web.json_response([m.to_wire() for m in messages])
+        return web.json_response([wire_message(m) for m in messages])
 
     # ------------------------------------------------------------------ WebSocket
 
@@ -408,7 +408,7 @@ class Gateway:
 
         def on_message(event: Any) -> None:
             if event.type == "message:updated":
-                frame = {"type": protocol.MESSAGE_UPDATED, "message": event.payload["message"]}
+                frame = {"type": protocol.MESSAGE_UPDATED, "message": wire_message(event.payload["message"])}
                 self._spawn(room.send(protocol.dumps(frame)))
 
         def on_chat(event: Any) -> None:
@@ -583,10 +583,17 @@ class Gateway:
 async def _transcript_frame(agent: Any, *, connect: bool = False) -> str:
     """The agent's stored messages as a ``cf_agent_chat_messages`` frame (``connect`` on a socket's first one)."""
     messages = await agent.get_messages()
-    frame: dict[str, Any] = {"type": protocol.CHAT_MESSAGES, "messages": [m.to_wire() for m in messages]}
+    frame: dict[str, Any] = {"type": protocol.CHAT_MESSAGES, "messages": [wire_message(m) for m in messages]}
     if connect:
         frame["connect"] = True
     return protocol.dumps(frame)
+
+
+def wire_message(message: UIMessage | dict[str, Any]) -> dict[str, Any]:
+    """A message as the AI SDK's ``UIMessage`` (which has no ``createdAt``; the store keeps the time)."""
+    wire = message.to_wire() if isinstance(message, UIMessage) else dict(message)
+    wire.pop("createdAt", None)
+    return wire
 
 
 # Chunks that put nothing into the assistant message.

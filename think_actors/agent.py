@@ -488,6 +488,22 @@ class Think:
             tool_call_id, approved, reason=reason, auto_continue=auto_continue
         )
 
+    async def chat_terminal(self) -> dict[str, Any] | None:
+        """How the last chat turn failed, as the gateway replays it to a tab that was away: ``{"requestId",
+        "frames"}``, or None. Stored with the agent, so a restarted gateway or agent still replays it."""
+        engine = self._engine
+        await engine.ensure_started()
+        record = await engine.store.get_kv(_CHAT_TERMINAL_KEY)
+        return record if isinstance(record, dict) else None
+
+    async def remember_chat_terminal(self, record: dict[str, Any] | None) -> None:
+        """Store (or, with None, forget) the failed turn ``chat_terminal`` returns; a later turn supersedes it."""
+        if record is not None and not (isinstance(record, dict) and isinstance(record.get("requestId"), str)):
+            raise ConfigurationError("a chat terminal record is a dict with the failed request's requestId")
+        engine = self._engine
+        await engine.ensure_started()
+        await engine.store.set_kv(_CHAT_TERMINAL_KEY, record)
+
     def has_pending_interaction(self) -> bool:
         """Whether a call of the latest reply waits for a person (an approval) or a client (a client tool)."""
         return self._engine.interactions.pending()
@@ -532,6 +548,8 @@ class Think:
         await engine.store.clear_messages()
         await engine.store.clear_turn_state()
         await engine.remember_turn_context(None, [])
+        await engine.interactions.reset()  # no continuation survives the history it would continue
+        await engine.store.set_kv(_CHAT_TERMINAL_KEY, None)
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []
@@ -635,6 +653,9 @@ class Think:
             usage=outcome.usage,
             cost_usd=outcome.cost_usd,
         )
+
+
+_CHAT_TERMINAL_KEY = "gateway:chat-terminal"
 
 
 def _client_tools(schemas: Sequence[ClientToolSchema | dict[str, Any]] | None, executor: Any) -> list[Tool]:

@@ -93,6 +93,13 @@ class LocalAgentHandle:
     async def steer(self, messages: Any) -> bool:
         return bool(await self.agent.steer(messages))
 
+    async def chat_terminal(self) -> dict[str, Any] | None:
+        record: dict[str, Any] | None = await self.agent.chat_terminal()
+        return record
+
+    async def remember_chat_terminal(self, record: dict[str, Any] | None) -> None:
+        await self.agent.remember_chat_terminal(record)
+
     async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
         return bool(await self.agent.add_tool_result(tool_call_id, output, **options))
 

@@ -391,6 +391,14 @@ class AgentHandle:
         """``Think.steer`` on the actor."""
         return bool(await self._forward("steer", messages))
 
+    async def chat_terminal(self) -> dict[str, Any] | None:
+        """``Think.chat_terminal`` on the actor."""
+        return await self._forward("chat_terminal")  # type: ignore[no-any-return]
+
+    async def remember_chat_terminal(self, record: dict[str, Any] | None) -> None:
+        """``Think.remember_chat_terminal`` on the actor."""
+        await self._forward("remember_chat_terminal", record)
+
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await _call(self._actor.forward.remote(method, args, kwargs))
 
@@ -439,6 +447,8 @@ _FORWARDED_METHODS = frozenset(
         "add_tool_approval",
         "steer",
         "set_client_tools",
+        "chat_terminal",
+        "remember_chat_terminal",
         "wait_until_stable",
         "submit_messages",
         "inspect_submission",

@@ -140,6 +140,7 @@ class Engine:
         self.messages = await self.store.load_messages()
         await self._restore_turn_context()
         self.started = True
+        await self.interactions.restore()
         # Interrupted turns first: a submission whose turn is being recovered stays running.
         interrupted = {record.request_id for record in await self.store.list_turns()}
         await self.submissions.recover(interrupted)

@@ -24,6 +24,7 @@ from .engine import Engine
 log = logging.getLogger("think_actors")
 
 COALESCE_S = 0.05
+ARMED_KEY = "interactions:continuation-armed"  # in the store: an armed continuation survives a restart
 WAITING = ("input-available", "approval-requested")
 DENIED = "Tool execution denied by user"
 
@@ -41,6 +42,29 @@ class Interactions:
         self._changed = asyncio.Event()  # set at every apply, arm, fire and continuation end
         self._early: list[tuple[str, Any, bool]] = []  # answers that arrived before their call was stored
         self._tasks: set[asyncio.Task[None]] = set()
+        self._armed_stored = False
+
+    async def restore(self) -> None:
+        """At start: a continuation armed before a restart is armed again, so the rest of its batch (even an
+        errored result that does not ask to continue) still fires it (the reference drops it: its known gap)."""
+        if await self.engine.store.get_kv(ARMED_KEY):
+            self._armed = self._armed_stored = True
+            self._arm()
+
+    async def _store_armed(self, armed: bool) -> None:
+        if armed != self._armed_stored:
+            await self.engine.store.set_kv(ARMED_KEY, armed or None)
+            self._armed_stored = armed
+
+    async def reset(self) -> None:
+        """Forget the barrier (the history was cleared): no continuation is armed, deferred or waiting."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._armed = self._deferred = False
+        self._early = []
+        await self._store_armed(False)
+        self._changed.set()
 
     # ------------------------------------------------------------------ applying answers
 
@@ -106,6 +130,7 @@ class Interactions:
                 return False
         if auto_continue:
             self._armed = True
+            await self._store_armed(True)
         if self._armed:
             self._arm()
         return True
@@ -158,6 +183,7 @@ class Interactions:
         from .driver import TurnSpec, turn_stream
 
         engine = self.engine
+        await self._store_armed(self._armed)  # fired: from here the continuation's own turn record keeps it
         request_id = new_id()
         spec = TurnSpec(
             request_id=request_id,
@@ -180,6 +206,7 @@ class Interactions:
         if self._deferred:
             self._deferred = False
             self._armed = True
+            await self._store_armed(True)
             self._arm()
         self._changed.set()
 

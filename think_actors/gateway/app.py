@@ -207,6 +207,11 @@ class Gateway:
             room = self._rooms[key] = _Room()
             room.agent_class = self.directory.agent_class(request.match_info["cls"])
             await self._follow(room, agent)
+            record = await agent.chat_terminal()  # how its last turn failed, from before this gateway started
+            if record is not None:
+                stream = _Stream(record["requestId"], False)
+                stream.frames, stream.done = list(record.get("frames") or []), True
+                room.terminal = room.last = stream
         room.sockets.add(ws)
         try:
             if room.active is not None:
@@ -257,7 +262,7 @@ class Gateway:
                     await agent.cancel_chat(frame["id"])
             elif kind == protocol.CHAT_CLEAR:
                 room.newest = room.sequence  # submits after a clear do not overlap the ones before it
-                room.terminal = None
+                room.terminal = None  # the agent's clear forgets its stored copy
                 await agent.clear()
                 await room.send(protocol.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
@@ -348,7 +353,9 @@ class Gateway:
         self, ws: web.WebSocketResponse, room: _Room, agent: Any, request_id: str, body: dict[str, Any]
     ) -> None:
         """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
-        room.terminal = None  # a new turn supersedes the replay of an old error
+        if room.terminal is not None:  # a new turn supersedes the replay of an old error
+            room.terminal = None
+            await agent.remember_chat_terminal(None)
         strategy, debounce_s = _concurrency(room.agent_class)
         debounce_s = debounce_s if strategy == "debounce" else 0.0
         submit = body.get("trigger", "submit-message") != "regenerate-message"
@@ -464,6 +471,9 @@ class Gateway:
                 room.active = None
             room.last = stream
             room.terminal = stream if any(f.get("error") for f in stream.frames) else None
+            if room.terminal is not None:  # kept with the agent: a restarted gateway still replays it
+                with contextlib.suppress(Exception):
+                    await agent.remember_chat_terminal({"requestId": request_id, "frames": _bounded(stream.frames)})
 
     @staticmethod
     async def _relay(
@@ -587,6 +597,16 @@ async def _transcript_frame(agent: Any, *, connect: bool = False) -> str:
     if connect:
         frame["connect"] = True
     return protocol.dumps(frame)
+
+
+MAX_TERMINAL_FRAMES = 2000
+
+
+def _bounded(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A failed stream's frames to store for its replay: all of them, or, for a very long one, its error frames."""
+    if len(frames) <= MAX_TERMINAL_FRAMES:
+        return frames
+    return [f for f in frames if f.get("error") or f.get("done")][-MAX_TERMINAL_FRAMES:]
 
 
 def wire_message(message: UIMessage | dict[str, Any]) -> dict[str, Any]:

@@ -3,13 +3,17 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/lock.txt pyproject.toml | sha256sum | cut -c1-12)
+# The peer frameworks of scripts/bench_peers.py live in their own venv, never in .venv: the main lock plus theirs.
+BENCH_VENV := .venv-bench
+BENCH_PY := $(BENCH_VENV)/bin/python
+BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat requirements/lock.txt requirements/bench-peers.txt pyproject.toml | sha256sum | cut -c1-12)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: help install demo serve test lint typecheck bench clean
+.PHONY: help install demo serve test lint typecheck bench bench-peers clean
 
 help: ## Show the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): requirements/lock.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +21,14 @@ $(STAMP): requirements/lock.txt pyproject.toml
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	$(PY) scripts/check_site_packages.py
 	@rm -f $(VENV)/.installed-* && touch $(STAMP)
+
+$(BENCH_STAMP): requirements/lock.txt requirements/bench-peers.txt pyproject.toml
+	@test -x $(BENCH_PY) || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+		-r requirements/lock.txt -r requirements/bench-peers.txt
+	$(BENCH_PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BENCH_PY) scripts/check_site_packages.py
+	@rm -f $(BENCH_VENV)/.installed-* && touch $(BENCH_STAMP)
 
 install: $(STAMP) ## Create .venv and install the hash-pinned lock (requirements/lock.txt)
 
@@ -36,12 +48,16 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) ## Benchmarks: harness vs bare loop; 10k-message history; Ray; crash recovery; 100 WebSocket clients
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; 10k-message history; Ray; crash recovery; 100 WebSocket clients
 	$(PY) scripts/bench_turn.py
+	$(BENCH_PY) scripts/bench_peers.py
 	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
 	$(PY) scripts/bench_recovery.py
 	$(PY) scripts/bench_gateway.py
 
-clean: ## Remove .venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
+	$(BENCH_PY) scripts/bench_peers.py $(ARGS)
+
+clean: ## Remove .venv, .venv-bench and caches
+	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache

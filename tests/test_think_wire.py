@@ -57,6 +57,26 @@ class Staller(ta.Think):
     pass
 
 
+class Queueing(ta.Think):  # the default message_concurrency, "queue"
+    pass
+
+
+class Latest(ta.Think):
+    message_concurrency = "latest"
+
+
+class Merging(ta.Think):
+    message_concurrency = "merge"
+
+
+class Dropping(ta.Think):
+    message_concurrency = "drop"
+
+
+class Debouncing(ta.Think):
+    message_concurrency = {"strategy": "debounce", "debounce_ms": 100}
+
+
 HELLO = step(text("Hello"), text(" there"))
 LOCATE = tool_call("getLocation", {}, id="call_1")
 DELETE = tool_call("deleteFile", {"path": "/tmp/x"}, id="call_1")
@@ -76,8 +96,12 @@ SCRIPTS: dict[str, tuple[type[ta.Think], list[Any]]] = {
     "resume": (Staller, [step(text("Hel"), delay(3600))]),
     "resume_when_idle": (Assistant, []),
     "clear": (Assistant, [HELLO]),
-    "queued_requests": (Assistant, [HELLO, HELLO]),
     "regenerate": (Assistant, [HELLO, HELLO]),
+    # The first turn's model answers 300 ms late, so the next two requests overlap it.
+    **{
+        f"concurrency_{ta.kebab_case(cls.__name__)}": (cls, [delay(0.3) + text("Hello"), text("Hello"), text("Hello")])
+        for cls in (Queueing, Latest, Merging, Dropping, Debouncing)
+    },
 }
 
 RENAMED = ("id", "messageId", "approvalId")

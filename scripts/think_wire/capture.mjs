@@ -102,6 +102,14 @@ const approve = (approved, ack) => [...conversation(ask("delete /tmp/x")),
   { send: "a", frame: { type: "cf_agent_tool_approval", toolCallId: "call_1", approved, autoContinue: true } },
   ...(ack ? acknowledge : []), { wait: "a", for: DONE, count: 2 }, { settle: 300 }];
 
+// Three requests at once: the second and third arrive while the first turn runs (a dropped one never gets a turn).
+const said = (n) => ["one", "two", "three"].slice(0, n).map((text, i) => ({ id: `u${i + 1}`, role: "user",
+  parts: [{ type: "text", text }] }));
+const overlapping = (turns) => [{ open: "a" }, { settle: 300 },
+  { send: "a", frame: ask("one") }, { send: "a", frame: ask("two", { id: "req-2", history: said(1) }) },
+  { send: "a", frame: ask("three", { id: "req-3", history: said(2) }) },
+  { wait: "a", for: DONE, count: 3 }, { settle: 500 }];
+
 // name -> [agent class (kebab case), what its mock model streams, the actions]
 const scenarios = {
   plain_reply: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop",
@@ -138,21 +146,21 @@ const scenarios = {
   clear: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop",
     [{ open: "a" }, { open: "b" }, { settle: 300 }, { send: "a", frame: ask("hi") }, { wait: "a", for: DONE },
       { settle: 300 }, { send: "a", frame: { type: "cf_agent_chat_clear" } }, { settle: 300 }]],
-  queued_requests: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop (each turn)",
-    [{ open: "a" }, { settle: 300 }, { send: "a", frame: ask("one") },
-      { send: "a", frame: ask("two", { id: "req-2", history: [{ id: "u1", role: "user", parts: [{ type: "text", text: "one" }] }] }) },
-      { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
   regenerate: ["assistant", "text-start, text-delta 'Hello', text-delta ' there', text-end, finish stop (each turn)",
     [...conversation(ask("hi")),
       { send: "a", frame: { ...ask("hi", { id: "req-2" }), init: { method: "POST", body: JSON.stringify({
         messages: [{ id: "u1", role: "user", parts: [{ type: "text", text: "hi" }] }], trigger: "regenerate-message" }) } } },
       { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
+  ...Object.fromEntries(["queueing", "latest", "merging", "dropping", "debouncing"].map((agent) => [`concurrency_${agent}`, [agent,
+    "text-start, text-delta 'Hello', text-end, finish stop (each turn; the first starts 300 ms late)",
+    overlapping(agent === "dropping" ? 2 : 3)]])),
 };
 
 const mf = new Miniflare({
   modules: [{ type: "ESModule", path: "worker.mjs", contents: await bundle() }],
   compatibilityDate: "2026-07-29", compatibilityFlags: ["nodejs_compat"], host: "127.0.0.1", port: 0,
-  durableObjects: Object.fromEntries(["Assistant", "Calculator", "Broken", "Locator", "Guarded", "Staller"].map(
+  durableObjects: Object.fromEntries(["Assistant", "Calculator", "Broken", "Locator", "Guarded", "Staller", "Queueing", "Latest", "Merging", "Dropping",
+    "Debouncing"].map(
     (c) => [c, { className: c, useSQLite: true }])),
 });
 try {

@@ -133,3 +133,40 @@ export class Staller extends Think {
     });
   }
 }
+
+// message_concurrency: the first turn's model answers 300 ms late, so the next requests overlap it.
+function slowFirst() {
+  let calls = 0;
+  return new MockLanguageModelV4({
+    doStream: async (_, id = `t${++texts}`) => ({
+      stream: simulateReadableStream({ initialDelayInMs: calls++ === 0 ? 300 : 0, chunks: [
+        { type: "stream-start", warnings: [] }, ...say("Hello", id),
+        { type: "finish", finishReason: { unified: "stop", raw: "stop" }, usage },
+      ] }),
+    }),
+  });
+}
+
+export class Queueing extends Think { // the default messageConcurrency: "queue"
+  getModel() { return slowFirst(); }
+}
+
+export class Latest extends Think {
+  messageConcurrency = "latest";
+  getModel() { return slowFirst(); }
+}
+
+export class Merging extends Think {
+  messageConcurrency = "merge";
+  getModel() { return slowFirst(); }
+}
+
+export class Dropping extends Think {
+  messageConcurrency = "drop";
+  getModel() { return slowFirst(); }
+}
+
+export class Debouncing extends Think {
+  messageConcurrency = { strategy: "debounce", debounceMs: 100 };
+  getModel() { return slowFirst(); }
+}

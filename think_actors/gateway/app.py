@@ -33,6 +33,7 @@ __all__ = ["AgentDirectory", "Gateway", "LocalDirectory", "RayDirectory"]
 log = logging.getLogger("think_actors.gateway")
 
 MAX_FRAME_BYTES = 4 * 1024 * 1024
+FIRST_FRAME_WAIT_S = 5.0  # how long a chat request holds its socket's next frame for the turn's first frame
 _PAGE = Path(__file__).with_name("static") / "index.html"
 _BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
 _BACKGROUND = frozenset({"auto-continuation", "recovery", "submission"})
@@ -377,7 +378,15 @@ class Gateway:
         room.in_flight += 1
         # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
         supersedable = overlapping and strategy in ("latest", "merge", "debounce")
-        self._spawn(self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws))
+        started = asyncio.Event()
+        self._spawn(
+            self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, started)
+        )
+        if not overlapping:
+            # As the reference handles frames one at a time: a turn that can start now has sent its first frame
+            # before the socket's next frame is read (a cancel or a drop then follows it on the wire).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(started.wait(), FIRST_FRAME_WAIT_S)
 
     async def _run_turn(
         self,
@@ -388,6 +397,7 @@ class Gateway:
         sequence: int,
         debounce_s: float,
         sender: web.WebSocketResponse,
+        started: asyncio.Event,
     ) -> None:
         """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
         try:
@@ -405,8 +415,9 @@ class Gateway:
                     [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
                 )
                 origin = protocol.origin_message_ids(body["messages"])
-                await self._pump(room, agent, request_id, stream, continuation=False, origin=origin)
+                await self._pump(room, agent, request_id, stream, continuation=False, origin=origin, started=started)
         finally:
+            started.set()
             room.in_flight -= 1
 
     async def _follow(self, room: _Room, agent: Any) -> None:
@@ -435,7 +446,15 @@ class Gateway:
         room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
 
     async def _pump(
-        self, room: _Room, agent: Any, request_id: str, chunks: Any, *, continuation: bool, origin: Any = None
+        self,
+        room: _Room,
+        agent: Any,
+        request_id: str,
+        chunks: Any,
+        *,
+        continuation: bool,
+        origin: Any = None,
+        started: asyncio.Event | None = None,
     ) -> None:
         """Send a turn's chunks to every socket of the room as response frames, keeping them for resumes.
 
@@ -455,6 +474,8 @@ class Gateway:
         async def send(frame: dict[str, Any], live: bool = True) -> None:
             stream.frames.append(frame)
             await room.send(protocol.dumps(frame), live=live)
+            if started is not None:
+                started.set()
 
         try:
             terminal, stored = await self._relay(request_id, chunks, send, continuation, origin)

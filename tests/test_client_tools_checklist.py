@@ -486,3 +486,13 @@ async def test_a_restarted_gateway_still_replays_how_the_last_turn_failed(tmp_pa
         deltas = [json.loads(f["body"]).get("delta") for f in replayed if f["body"] and not f.get("error")]
         assert "so far" in deltas
         await sock.close()
+
+
+async def test_the_body_is_cleared_when_a_request_has_no_custom_fields(tracked: Any) -> None:
+    connect, directory = await tracked(ScriptedModel([text("one"), text("two")]))
+    sock = await connect()
+    await sock.send(**chat_request("r1", "first", tab="maps"))
+    await sock.until(done("r1"))
+    await sock.send(**chat_request("r2", "second"))
+    await sock.until(done("r2"))
+    assert [ctx.body for ctx in (await agent_of(directory)).contexts("before_turn")] == [{"tab": "maps"}, None]

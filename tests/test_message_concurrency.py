@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
-from helpers import greeting
+from helpers import RecordingAgent, greeting
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
@@ -173,3 +173,72 @@ async def test_the_first_request_always_runs_even_when_the_next_arrives_at_once(
     frames, stats, _ = await chat(Latest, slow_then("for three"), sends, gap_s=0)
     assert (answered(frames["r1"]), answered(frames["r2"]), answered(frames["r3"])) == (True, False, True)
     assert stats["requests"] == 2
+
+
+class CountingLatest(RecordingAgent):
+    message_concurrency = "latest"
+
+
+class CountingDropping(RecordingAgent):
+    message_concurrency = "drop"
+
+
+async def socket_for(cls: type[ta.Think], model: ScriptedModel) -> tuple[TestClient[Any, Any], Any, Any]:
+    directory = LocalDirectory([cls], model=model, store=ta.MemoryStore())
+    client = TestClient(TestServer(Gateway(directory).app()))
+    await client.start_server()
+    ws = await client.ws_connect(f"/agents/{ta.kebab_case(cls.__name__)}/c")
+    await greeting(ws)
+    return client, ws, (await directory.get(ta.kebab_case(cls.__name__), "c")).agent
+
+
+async def test_latest_fires_on_chat_response_only_for_the_turns_that_ran() -> None:
+    sends = [("r1", "u1", "one"), ("r2", "u2", "two"), ("r3", "u3", "three")]
+    client, ws, agent = await socket_for(CountingLatest, slow_then("for three"))
+    for i, (request_id, message_id, text_) in enumerate(sends):
+        await ws.send_str(request(request_id, message_id, text_))
+        await asyncio.sleep(0.05 if not i else 0)
+    await done_frames(ws, {"r1", "r2", "r3"})
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert [r.message.text for r in agent.contexts("on_chat_response")] == ["first", "for three"]
+    await client.close()
+
+
+async def test_drop_fires_on_chat_response_only_for_the_accepted_turn() -> None:
+    client, ws, agent = await socket_for(CountingDropping, slow_then())
+    await ws.send_str(request("r1", "u1", "one"))
+    await ws.send_str(request("r2", "u2", "two"))
+    await done_frames(ws, {"r1", "r2"})
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert [r.message.text for r in agent.contexts("on_chat_response")] == ["first"]
+    await client.close()
+
+
+async def test_it_applies_to_submit_message_only_not_to_regenerate_message() -> None:
+    client, ws, agent = await socket_for(CountingDropping, slow_then("regenerated"))
+    await ws.send_str(request("r1", "u1", "one"))
+    regenerate = json.loads(request("r2", "u1", "one"))
+    body = json.loads(regenerate["init"]["body"])
+    regenerate["init"]["body"] = json.dumps({**body, "trigger": "regenerate-message"})
+    await ws.send_str(json.dumps(regenerate))  # overlaps r1, but a regeneration is never dropped: it waits
+    frames = await done_frames(ws, {"r1", "r2"})
+    assert answered(frames["r1"]) and answered(frames["r2"])
+    assert [m.text for m in agent.get_messages()] == ["one", "regenerated"]  # the newest branch under u1
+    await client.close()
+
+
+async def test_clear_skips_queued_latest_submits_and_later_submits_do_not_overlap_them() -> None:
+    model = ScriptedModel([step(text("first"), delay(5)), text("after the clear")])
+    client, ws, agent = await socket_for(CountingLatest, model)
+    await ws.send_str(request("r1", "u1", "one"))
+    await ws.send_str(request("r2", "u2", "two"))  # overlapping, queued behind r1
+    await asyncio.sleep(0.1)
+    await ws.send_str(json.dumps({"type": "cf_agent_chat_clear"}))
+    frames = await done_frames(ws, {"r1", "r2"})
+    assert frames["r1"][-1]["outcome"] == "aborted" and frames["r2"] == [SKIPPED_R2]
+    # The first request after the clear overlaps nothing (r1 may still be winding down): it runs.
+    await ws.send_str(request("r3", "u3", "three"))
+    frames = await done_frames(ws, {"r3"})
+    assert answered(frames["r3"])
+    assert [m.text for m in agent.get_messages()] == ["three", "after the clear"]
+    await client.close()

@@ -113,6 +113,8 @@ class _Room:
         self.agent_class: type[Think] | None = None
         self.turns = asyncio.Lock()  # the room's chat requests, one at a time, in arrival order
         self.in_flight = 0  # chat requests accepted and not yet done
+        self.generation = 0  # a clear starts a new one: requests from before it are skipped, never overlapped
+        self.current = 0  # requests of this generation accepted and not yet done
         self.newest = 0  # the newest overlapping request's sequence number (latest / merge / debounce)
         self.sequence = 0
         self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
@@ -263,6 +265,8 @@ class Gateway:
                     await agent.cancel_chat(frame["id"])
             elif kind == protocol.CHAT_CLEAR:
                 room.newest = room.sequence  # submits after a clear do not overlap the ones before it
+                room.generation += 1  # and the ones still queued are skipped (reference resetTurnState)
+                room.current = 0
                 room.terminal = None  # the agent's clear forgets its stored copy
                 await agent.clear()
                 await room.send(protocol.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
@@ -360,7 +364,7 @@ class Gateway:
         strategy, debounce_s = _concurrency(room.agent_class)
         debounce_s = debounce_s if strategy == "debounce" else 0.0
         submit = body.get("trigger", "submit-message") != "regenerate-message"
-        overlapping = submit and room.in_flight > 0
+        overlapping = submit and room.current > 0
         if overlapping and strategy == "drop":
             # Rejected before anything is stored: the sender's optimistic message is rolled back.
             await self._send_messages(ws, agent)
@@ -376,6 +380,7 @@ class Gateway:
         if overlapping and strategy in ("latest", "merge", "debounce"):
             room.newest = sequence
         room.in_flight += 1
+        room.current += 1
         # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
         supersedable = overlapping and strategy in ("latest", "merge", "debounce")
         started = asyncio.Event()
@@ -400,12 +405,13 @@ class Gateway:
         started: asyncio.Event,
     ) -> None:
         """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
+        generation = room.generation
         try:
             if sequence and debounce_s and sequence == room.newest:
                 await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
             async with room.turns:
-                if sequence and sequence < room.newest:
-                    # Superseded: a newer message will answer, seeing this one too (it is stored).
+                if generation != room.generation or (sequence and sequence < room.newest):
+                    # Cleared while it waited, or superseded: a newer message will answer, seeing this one too.
                     await sender.send_str(protocol.skipped_frame(request_id, body))
                     return
                 custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
@@ -419,6 +425,8 @@ class Gateway:
         finally:
             started.set()
             room.in_flight -= 1
+            if generation == room.generation:
+                room.current -= 1
 
     async def _follow(self, room: _Room, agent: Any) -> None:
         """Relay what the agent does without a socket asking: message updates, and the streams of background

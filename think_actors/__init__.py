@@ -28,6 +28,7 @@ from .delegation import AgentRunResult, LocalAgentHandle, actor_tool, agent_tool
 from .errors import (
     AgentCycleError,
     AgentError,
+    AgentHibernatedError,
     AgentUnavailableError,
     ConfigurationError,
     ContextOverflowError,
@@ -88,7 +89,7 @@ from .tools import ClientToolSchema, Tool, ToolContext, tool
 
 __version__ = "0.1.0"
 
-_RUNTIME_NAMES = ("AgentHandle", "get", "init", "shutdown", "spawn")
+_RUNTIME_NAMES = ("AgentHandle", "AgentListing", "get", "init", "list_agents", "shutdown", "spawn")
 
 
 def __getattr__(name: str) -> object:
@@ -105,6 +106,8 @@ __all__ = [
     "AgentCycleError",
     "AgentError",
     "AgentHandle",
+    "AgentHibernatedError",
+    "AgentListing",
     "AgentRunResult",
     "AgentToolEventChunk",
     "AgentUnavailableError",
@@ -194,6 +197,7 @@ __all__ = [
     "has_tool_call",
     "init",
     "kebab_case",
+    "list_agents",
     "parse_chunk",
     "shutdown",
     "spawn",

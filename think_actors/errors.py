@@ -23,6 +23,7 @@ never a provider SDK type::
     └── AgentError                  the actor runtime failed
         ├── AgentCycleError         A -> B -> A while A holds its turn lock
         └── AgentUnavailableError   an agent actor is gone or restarting
+            └── AgentHibernatedError   it was hibernating; a handle wakes it and calls again
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 __all__ = [
     "AgentCycleError",
     "AgentError",
+    "AgentHibernatedError",
     "AgentUnavailableError",
     "ConfigurationError",
     "ContextOverflowError",
@@ -184,3 +186,7 @@ class AgentCycleError(AgentError):
 
 class AgentUnavailableError(AgentError):
     """An agent actor is gone or restarting."""
+
+
+class AgentHibernatedError(AgentUnavailableError):
+    """The call reached an agent actor that is hibernating (exiting for want of work); handles wake it again."""

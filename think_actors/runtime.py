@@ -9,6 +9,7 @@ the project's own classes; a call cycle A -> B -> A fails fast instead of hangin
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import os
@@ -21,19 +22,35 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
+from . import registry
 from ._turn import chain
 from .agent import Think, kebab_case
 from .chunks import chunk_classes as _chunk_classes
-from .errors import AgentCycleError, AgentUnavailableError, ConfigurationError, ModelServerUnavailableError
+from .errors import (
+    AgentCycleError,
+    AgentHibernatedError,
+    AgentUnavailableError,
+    ConfigurationError,
+)
 from .hooks import TurnResult
 from .messages import UIMessage
-from .models import ModelInfo, ModelRequest, set_model_resolver
+from .models import set_model_resolver
 from .observability import Event
 from .store import agent_path
 from .submissions import Submission
 from .tools import Tool, ToolContext
 
-__all__ = ["AgentHandle", "RuntimeConfig", "get", "init", "is_initialized", "shutdown", "spawn"]
+__all__ = [
+    "AgentHandle",
+    "AgentListing",
+    "RuntimeConfig",
+    "get",
+    "init",
+    "is_initialized",
+    "list_agents",
+    "shutdown",
+    "spawn",
+]
 
 log = logging.getLogger("think_actors")
 
@@ -49,6 +66,7 @@ class RuntimeConfig:
     batch_max: int = 1024
     flush_s: float = 0.003
     log_level: int = logging.WARNING
+    idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
 
 
 _config: RuntimeConfig | None = None
@@ -71,7 +89,9 @@ def _process_setup(config: RuntimeConfig) -> None:
     _config = config
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     logging.getLogger("think_actors").setLevel(config.log_level)
-    set_model_resolver(_PoolResolver(config))
+    from .model_pool import PoolResolver
+
+    set_model_resolver(PoolResolver(config))
 
 
 def init(
@@ -82,13 +102,16 @@ def init(
     num_cpus: int | None = None,
     model_pool_size: int = 2,
     max_restarts: int = 3,
+    idle_timeout_s: float | None = None,
     quiet: bool = True,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
 
     ``data_dir`` is where agents' SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
-    Calling it again returns the same config.
+    ``idle_timeout_s``: an agent with nothing to do for that long hibernates (its actor exits; its store keeps
+    everything) and any handle, ``spawn``, ``get`` or the gateway wakes it; a class's own ``idle_timeout_s``
+    wins. None (the default) keeps agents resident. Calling it again returns the same config.
     """
     global _config
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -121,6 +144,7 @@ def init(
         model_pool_size=model_pool_size,
         max_restarts=max_restarts,
         log_level=logging.WARNING if quiet else logging.INFO,
+        idle_timeout_s=idle_timeout_s,
     )
     return _config
 
@@ -183,14 +207,63 @@ async def spawn(agent_class: type[Think], name: str, **options: Any) -> AgentHan
 
 
 async def get(agent_class: type[Think], name: str) -> AgentHandle:
-    """The existing agent ``name`` of ``agent_class``; AgentUnavailableError if there is none."""
+    """The existing agent ``name`` of ``agent_class``, woken if it hibernates; AgentUnavailableError if the
+    cluster never started it."""
     config = _require_config()
     path = agent_path(kebab_case(agent_class.__name__), name)
     try:
         actor = ray.get_actor(path, namespace=config.namespace)
     except ValueError:
-        raise AgentUnavailableError(f"no agent {path!r} in namespace {config.namespace!r}", agent=path) from None
+        if registry.lookup(config.namespace, path) is None:
+            raise AgentUnavailableError(
+                f"no agent {path!r} in namespace {config.namespace!r}: start it with ta.spawn", agent=path
+            ) from None
+        handle = AgentHandle(None, path, agent_class.__name__)
+        await handle._wake()
+        return handle
     return AgentHandle(actor, path, agent_class.__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentListing:
+    """The agents of a namespace: every one addressable, and which are resident on which node."""
+
+    agents: list[registry.AgentRecord]
+
+    @property
+    def addressable(self) -> int:
+        return len(self.agents)
+
+    @property
+    def resident(self) -> int:
+        return sum(1 for a in self.agents if a.resident)
+
+    def resident_by_node(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for agent in self.agents:
+            if agent.resident:
+                counts[agent.node_id] = counts.get(agent.node_id, 0) + 1
+        return counts
+
+
+def list_agents() -> AgentListing:
+    """Every agent the cluster has started in this namespace: resident (its actor runs, on which node) or
+    hibernated (only its store holds it; the next call wakes it)."""
+    config = _require_config()
+    return AgentListing(registry.list_records(config.namespace))
+
+
+def _hibernated(err: BaseException, path: str) -> bool:
+    """Whether a failed call never reached a live agent because the agent hibernates (safe to wake and resend)."""
+    if isinstance(err, RayTaskError) and isinstance(err.cause, AgentHibernatedError):
+        return True
+    if isinstance(err, ActorDiedError | RayActorError) and not isinstance(err, RayTaskError):
+        record = registry.lookup(_require_config().namespace, path)
+        return record is not None and not record.resident
+    return False
+
+
+_WAKE_ATTEMPTS = 4
 
 
 class RemoteStream:
@@ -200,13 +273,24 @@ class RemoteStream:
     and ``handle.attach(request_id)`` follows the resumed turn.
     """
 
-    def __init__(self, generator: Any, request_id: str | None = None, *, resumable: bool = False):
+    def __init__(
+        self,
+        generator: Any,
+        request_id: str | None = None,
+        *,
+        resumable: bool = False,
+        handle: AgentHandle | None = None,
+        restart: Callable[[], Any] | None = None,
+    ):
         self.request_id = request_id
         self._resumable = resumable
         self._generator = generator
         self._buffer: list[Any] = []
         self._index = 0
         self._done = False
+        self._handle = handle  # with ``restart``: a call that found the agent hibernating wakes it and is resent
+        self._restart = restart
+        self._received = False
 
     def __aiter__(self) -> RemoteStream:
         return self
@@ -218,10 +302,17 @@ class RemoteStream:
             try:
                 ref = await self._generator.__anext__()
                 self._buffer = _unpack(await ref)
+                self._received = True
             except StopAsyncIteration:
                 self._done = True
                 raise
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+                handle, restart = self._handle, self._restart
+                if not self._received and handle is not None and restart is not None and _hibernated(err, handle.path):
+                    await handle._wake()  # nothing of the call ran: the agent was hibernating
+                    self._generator = restart()
+                    self._restart = None  # once
+                    continue
                 self._done = True
                 error = _unwrap(err)
                 if self._resumable and isinstance(error, AgentUnavailableError):
@@ -271,9 +362,40 @@ class AgentHandle:
         info: dict[str, Any] = await _call(self._actor.ready.remote())
         return info
 
+    async def _invoke(self, method: str, *args: Any) -> Any:
+        """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
+        for attempt in range(_WAKE_ATTEMPTS):
+            try:
+                return await getattr(self._actor, method).remote(*args)
+            except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
+                    await self._wake()
+                    continue
+                raise _unwrap(err) from None
+        raise AssertionError("unreachable")
+
+    async def _wake(self) -> None:
+        """Start the agent's actor again from its registry record (the handle then points at the new actor)."""
+        config = _require_config()
+        args = registry.spawn_args(config.namespace, self.path)
+        if args is None:
+            raise AgentUnavailableError(f"no agent {self.path!r} was ever started here", agent=self.path)
+        agent_class, name, options = args
+        for _ in range(_WAKE_ATTEMPTS):
+            # The old actor may still hold the name for a moment while it exits: ask again until the new one runs.
+            try:
+                fresh = await _spawn_path(agent_class, name, self.path, options, config)
+            except AgentUnavailableError:
+                await asyncio.sleep(0.1)
+                continue
+            self._actor = fresh._actor
+            return
+        raise AgentUnavailableError(f"agent {self.path!r} could not be woken", agent=self.path, retryable=True)
+
     async def info(self) -> dict[str, Any]:
-        """``{"path", "pid", "node_id", "messages"}`` of the live actor."""
-        return await self._ready()
+        """``{"path", "pid", "node_id", "messages"}`` of the live actor (woken if it hibernates)."""
+        info: dict[str, Any] = await self._invoke("ready")
+        return info
 
     def chat(
         self,
@@ -292,50 +414,57 @@ class AgentHandle:
         from .messages import new_id
 
         request_id = request_id or new_id()
-        generator = self._actor.chat.options(num_returns="streaming").remote(
-            message,
-            {
-                "client_tools": client_tools,
-                "body": body,
-                "request_id": request_id,
-                "output": output,
-                "branch_from": branch_from,
-            },
-            chain.CHAIN.get(),
-        )
-        return RemoteStream(generator, request_id, resumable=True)
+        options = {
+            "client_tools": client_tools,
+            "body": body,
+            "request_id": request_id,
+            "output": output,
+            "branch_from": branch_from,
+        }
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain)
+
+        return RemoteStream(start(), request_id, resumable=True, handle=self, restart=start)
 
     def attach(self, request_id: str) -> RemoteStream:
         """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest."""
-        generator = self._actor.attach.options(num_returns="streaming").remote(request_id, chain.CHAIN.get())
-        return RemoteStream(generator, request_id)
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.attach.options(num_returns="streaming").remote(request_id, caller_chain)
+
+        return RemoteStream(start(), request_id, handle=self, restart=start)
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
-        generator = self._actor.run_as_tool.options(num_returns="streaming").remote(
-            run_id, input, output, chain.CHAIN.get()
-        )
-        return RemoteStream(generator, run_id)
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output, caller_chain)
+
+        return RemoteStream(start(), run_id, handle=self, restart=start)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
-        result: TurnResult = await _call(self._actor.save_messages.remote(messages, body, chain.CHAIN.get()))
+        result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get())
         return result
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
-        result: TurnResult = await _call(self._actor.continue_last_turn.remote(body, chain.CHAIN.get()))
+        result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get())
         return result
 
     async def add_messages(self, messages: Any, **options: Any) -> None:
-        await _call(self._actor.add_messages.remote(messages, options))
+        await self._invoke("add_messages", messages, options)
 
     async def get_messages(self) -> list[UIMessage]:
-        messages: list[UIMessage] = await _call(self._actor.get_messages.remote())
+        messages: list[UIMessage] = await self._invoke("get_messages")
         return messages
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
-        return bool(await _call(self._actor.cancel_chat.remote(request_id, reason)))
+        return bool(await self._invoke("cancel_chat", request_id, reason))
 
     async def clear(self) -> None:
-        await _call(self._actor.clear.remote())
+        await self._invoke("clear")
 
     async def submit_messages(
         self,
@@ -400,7 +529,7 @@ class AgentHandle:
         await self._forward("remember_chat_terminal", record)
 
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return await _call(self._actor.forward.remote(method, args, kwargs))
+        return await self._invoke("forward", method, args, kwargs)
 
     async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
         """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).
@@ -408,11 +537,16 @@ class AgentHandle:
         Returns once the subscription is live in the actor; the callback runs in this process (an async one is
         awaited in order). Call the returned function to unsubscribe.
         """
-        generator = self._actor.events.options(num_returns="streaming").remote(channel)
-        try:
-            await (await generator.__anext__())  # the actor subscribed (or refused the channel)
-        except (RayTaskError, RayActorError, ActorUnavailableError) as err:
-            raise _unwrap(err) from None
+        for attempt in range(_WAKE_ATTEMPTS):
+            generator = self._actor.events.options(num_returns="streaming").remote(channel)
+            try:
+                await (await generator.__anext__())  # the actor subscribed (or refused the channel)
+                break
+            except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
+                    await self._wake()
+                    continue
+                raise _unwrap(err) from None
         task = asyncio.ensure_future(_deliver_events(generator, callback))
 
         def unsubscribe() -> None:
@@ -561,6 +695,33 @@ def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
         )
 
 
+def _counted(method: Any) -> Any:
+    """An AgentHost method that counts as work while it runs (a stream, for as long as it streams): an agent with
+    a call in progress never hibernates, and a call that arrives while it hibernates is refused, never half-run."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(self: AgentHost, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            self._begin_call()
+            try:
+                async for item in method(self, *args, **kwargs):
+                    yield item
+            finally:
+                self._end_call()
+
+        return stream
+
+    @functools.wraps(method)
+    async def call(self: AgentHost, *args: Any, **kwargs: Any) -> Any:
+        self._begin_call()
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            self._end_call()
+
+    return call
+
+
 @ray.remote
 class AgentHost:
     """Hosts one Think agent in an async actor."""
@@ -571,18 +732,61 @@ class AgentHost:
         self.agent = agent_class(name, path=path, **options)
         self.agent._engine.runtime = _ActorRuntime(self.agent, config)
         self.path = path
+        self._calls = 0
+        self._last_work = time.monotonic()
+        self._hibernating = False
+        self._watch: asyncio.Future[None] | None = None
+        own: Any = getattr(agent_class, "idle_timeout_s", None)
+        self.idle_timeout_s: float | None = own if own is not None else config.idle_timeout_s
+        node_id = ray.get_runtime_context().get_node_id()
+        registry.record_resident(config.namespace, path, agent_class, name, options, node_id)
         # Start the agent as soon as the actor is up, not at the first call: after a crash and restart, what it
         # had accepted (pending submissions, interrupted turns) must go on without anyone asking.
         ray.get_runtime_context().current_actor.wake.remote()
 
     async def wake(self) -> None:
         await self.agent.load_messages()
+        if self.idle_timeout_s is not None and self.idle_timeout_s > 0 and self._watch is None:
+            self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
+
+    def _begin_call(self) -> None:
+        if self._hibernating:
+            raise AgentHibernatedError(f"agent {self.path!r} is hibernating", agent=self.path, retryable=True)
+        self._calls += 1
+
+    def _end_call(self) -> None:
+        self._calls -= 1
+        self._last_work = time.monotonic()
+
+    async def _watch_idle(self, timeout_s: float) -> None:
+        """Hibernate once nothing has happened for ``timeout_s``: no call, no turn, no submission, no continuation
+        about to fire, no recovery (an open gateway socket is a call: its event subscription)."""
+        period = min(max(timeout_s / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(period)
+            if self._calls or self.agent._engine.resident_reason() is not None:
+                self._last_work = time.monotonic()
+            elif time.monotonic() - self._last_work >= timeout_s:
+                await self._hibernate()
+                return
+
+    async def _hibernate(self) -> None:
+        # From here every new call is refused (the caller's handle wakes a new actor); nothing is in progress.
+        self._hibernating = True
+        try:
+            await self.agent.close()
+        except Exception:
+            log.exception("closing agent %s to hibernate failed", self.path)
+        registry.mark_hibernated(self.config.namespace, self.path)
+        log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
     def _enter(self, caller_chain: tuple[str, ...]) -> None:
         """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees."""
         _check_cycle(self.path, caller_chain)
         chain.CHAIN.set((*caller_chain, self.path))
 
+    @_counted
     async def ready(self) -> dict[str, Any]:
         messages = await self.agent.load_messages()
         return {
@@ -592,6 +796,7 @@ class AgentHost:
             "messages": len(messages),
         }
 
+    @_counted
     async def chat(
         self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]
     ) -> AsyncIterator[list[Any]]:
@@ -601,6 +806,7 @@ class AgentHost:
         async for batch in _batches(stream.__aiter__(), self.config):
             yield batch
 
+    @_counted
     async def run_as_tool(
         self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
     ) -> AsyncIterator[list[Any]]:
@@ -608,38 +814,47 @@ class AgentHost:
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
+    @_counted
     async def attach(self, request_id: str, caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
         self._enter(caller_chain)
         async for batch in _batches(self.agent.attach(request_id), self.config):
             yield batch
 
+    @_counted
     async def save_messages(
         self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]
     ) -> TurnResult:
         self._enter(caller_chain)
         return await self.agent.save_messages(messages, body=body)
 
+    @_counted
     async def continue_last_turn(self, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
         self._enter(caller_chain)
         return await self.agent.continue_last_turn(body=body)
 
+    @_counted
     async def add_messages(self, messages: Any, options: dict[str, Any]) -> None:
         await self.agent.add_messages(messages, **options)
 
+    @_counted
     async def get_messages(self) -> list[UIMessage]:
         return await self.agent.load_messages()
 
+    @_counted
     async def cancel_chat(self, request_id: str, reason: str | None) -> bool:
         return self.agent.cancel_chat(request_id, reason)
 
+    @_counted
     async def clear(self) -> None:
         await self.agent.clear()
 
+    @_counted
     async def forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if method not in _FORWARDED_METHODS:
             raise ConfigurationError(f"{method!r} is not an agent method a handle may call")
         return await getattr(self.agent, method)(*args, **kwargs)
 
+    @_counted
     async def events(self, channel: str) -> AsyncIterator[list[Any]]:
         """Stream the agent's events on ``channel`` in batches; the first (empty) batch says it is subscribed."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -749,101 +964,3 @@ async def start_gateways(app_module: str, *, host: str, port: int, options: dict
         ).remote(config, app_module, options)
         started.append((actor, await _call(actor.start.remote(host, port))))
     return started
-
-
-@ray.remote(num_cpus=0, max_concurrency=100)  # type: ignore[call-overload]
-class ModelServer:
-    """Serves litellm model calls for the agents of one node (they never import litellm themselves)."""
-
-    def __init__(self, config: RuntimeConfig):
-        from .models.litellm import LiteLLMClient
-
-        self.config = config
-        self.client = LiteLLMClient()
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[list[Any]]:
-        async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
-            yield batch
-
-    async def model_info(self, model: str) -> ModelInfo | None:
-        return await self.client.model_info(model)
-
-    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
-        return await self.client.count_tokens(model, messages)
-
-
-_SERVER_RESTART_S = 15.0  # how long a request waits for a restarting model server before it fails
-
-
-class _PooledModel:
-    """A ModelClient that streams from a model-server actor on this node."""
-
-    def __init__(self, servers: list[Any]):
-        self._servers = servers
-        self._next = 0
-        self._model_info: dict[str, ModelInfo | None] = {}
-
-    def _server(self) -> Any:
-        server = self._servers[self._next % len(self._servers)]
-        self._next += 1
-        return server
-
-    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
-        deadline = time.monotonic() + _SERVER_RESTART_S
-        while True:
-            remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
-            started = False
-            try:
-                try:
-                    async for event in remote:
-                        started = True
-                        yield event
-                    return
-                except AgentUnavailableError as err:
-                    if not started and time.monotonic() < deadline:
-                        # Nothing was streamed yet, so asking again is safe: the server is restarting.
-                        await asyncio.sleep(0.2)
-                        continue
-                    # The model server died, not the provider: a retryable project error; the turn is resumed.
-                    raise ModelServerUnavailableError(
-                        f"the model-server actor died mid-stream: {err.message}", retryable=True
-                    ) from None
-            finally:
-                await remote.aclose()
-
-    async def model_info(self, model: str) -> ModelInfo | None:
-        """The model's limits and prices from a model server, remembered per model id in this process."""
-        # A failed call raises and is not remembered; an unknown model (None) is.
-        if model not in self._model_info:
-            self._model_info[model] = await _call(self._server().model_info.remote(model))
-        return self._model_info[model]
-
-    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
-        """The prompt's size by ``model``'s tokenizer, counted in a model server (this process has no litellm)."""
-        count: int | None = await _call(self._server().count_tokens.remote(model, messages))
-        return count
-
-
-class _PoolResolver:
-    def __init__(self, config: RuntimeConfig):
-        self.config = config
-        self._client: _PooledModel | None = None
-
-    def __call__(self, model_id: str) -> _PooledModel:
-        if self._client is None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            node = ray.get_runtime_context().get_node_id()
-            servers = [
-                ModelServer.options(  # type: ignore[attr-defined]
-                    name=f"think_actors/model-server/{node}/{i}",
-                    namespace=self.config.namespace,
-                    get_if_exists=True,
-                    lifetime="detached",
-                    max_restarts=-1,  # a dead server comes back; the turn it was serving is resumed by recovery
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-                ).remote(self.config)
-                for i in range(max(1, self.config.model_pool_size))
-            ]
-            self._client = _PooledModel(servers)
-        return self._client

@@ -494,3 +494,18 @@ class _AskTheHelper:
 class ReattachLead(ta.Think):
     model = _AskTheHelper()
     tools = (ta.agent_tool(SlowHelper, description="Ask the helper", name="slow_helper"),)
+
+
+class Sleepy(ta.Think):
+    """Hibernates after half a second without work."""
+
+    model = EchoModel()
+    idle_timeout_s = 0.5
+
+
+class SleepyLead(ta.Think):
+    """Hibernates quickly too, but not while its child works: the child's run is the lead's turn."""
+
+    model = ScriptedModel([tool_call("ask_helper", {"input": "hi"}), text("lead done")])
+    idle_timeout_s = 0.5
+    tools = (ta.agent_tool(SlowHelper, name="ask_helper", description="Ask the slow helper."),)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from think_actors.errors import ContextOverflowError, ProviderError
+from think_actors.model_pool import PooledModel, PoolResolver
 from think_actors.models import (
     FileEvent,
     FinishEvent,
@@ -18,15 +19,14 @@ from think_actors.models import (
     count_tokens,
     model_info,
 )
-from think_actors.runtime import _PooledModel, _PoolResolver
 from think_actors.testing import ScriptedOpenAIServer
 
 HELLO = [{"role": "user", "content": "hello world"}]
 
 
 @pytest.fixture
-def pooled(ray_runtime: Any) -> _PooledModel:
-    return _PoolResolver(ray_runtime)("openai/gpt-4o-mini")
+def pooled(ray_runtime: Any) -> PooledModel:
+    return PoolResolver(ray_runtime)("openai/gpt-4o-mini")
 
 
 def request(server: ScriptedOpenAIServer, model: str = "openai/gpt-4o-mini") -> ModelRequest:
@@ -35,7 +35,7 @@ def request(server: ScriptedOpenAIServer, model: str = "openai/gpt-4o-mini") -> 
 
 
 @pytest.mark.timeout(90)
-async def test_new_events_stream_through_the_pool(pooled: _PooledModel) -> None:
+async def test_new_events_stream_through_the_pool(pooled: PooledModel) -> None:
     async with ScriptedOpenAIServer(model="gpt-4o-mini-2024-07-18") as server:
         server.add_text(
             "Ray.",
@@ -63,7 +63,7 @@ async def test_new_events_stream_through_the_pool(pooled: _PooledModel) -> None:
 
 
 @pytest.mark.timeout(90)
-async def test_error_bodies_cross_the_pool(pooled: _PooledModel) -> None:
+async def test_error_bodies_cross_the_pool(pooled: PooledModel) -> None:
     overflow = {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long"}}
     async with ScriptedOpenAIServer() as server:
         server.add_error(400, overflow)
@@ -90,7 +90,7 @@ async def test_error_bodies_cross_the_pool(pooled: _PooledModel) -> None:
 
 
 @pytest.mark.timeout(90)
-async def test_model_info_and_token_counts_come_from_the_pool(pooled: _PooledModel) -> None:
+async def test_model_info_and_token_counts_come_from_the_pool(pooled: PooledModel) -> None:
     info = ModelInfo(
         max_input_tokens=128_000, max_output_tokens=16_384, input_cost_per_token=0.15e-6, output_cost_per_token=0.6e-6
     )

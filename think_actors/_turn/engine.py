@@ -107,6 +107,22 @@ class Engine:
             self._interactions = Interactions(self)
         return self._interactions
 
+    def resident_reason(self) -> str | None:
+        """Why the agent must stay in memory now (a turn, the submission drain, a continuation, a recovery), or
+        None when it could hibernate: everything it knows is in its store."""
+        if self.queue.busy:
+            return "a turn runs or waits"
+        submissions = self._submissions
+        if submissions is not None and submissions._drain is not None and not submissions._drain.done():
+            return "submissions are draining"
+        interactions = self._interactions
+        if interactions is not None and not interactions.quiet():
+            return "an auto-continuation is armed or running"
+        recovery = self._recovery
+        if recovery is not None and recovery._tasks:
+            return "a turn is being recovered"
+        return None
+
     def stream_ended(self) -> None:
         """A turn's stream ended: an auto-continuation held back by it may fire now."""
         if self._interactions is not None:

@@ -210,6 +210,13 @@ class Interactions:
             self._arm()
         self._changed.set()
 
+    def quiet(self) -> bool:
+        """No continuation is about to fire or running, and no early answer waits to be applied. A call that waits
+        for a person or a client does not count (it may wait for days), nor does a continuation armed for it: both
+        are in the store, and a restarted agent re-arms it."""
+        running = self._running is not None and not self._running.done()
+        return not (running or self._timer is not None or self._early or self._tasks)
+
     def stable(self) -> bool:
         running = self._running is not None and not self._running.done()
         busy = self.engine.queue.busy or self._armed or running or self._timer is not None

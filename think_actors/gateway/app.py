@@ -248,7 +248,19 @@ class Gateway:
             room.awaiting.pop(ws, None)
             if room.owner is ws:
                 room.owner = None  # any socket may now follow the continuation it asked for
+            self._release(key, room)
         return ws
+
+    def _release(self, key: str, room: _Room) -> None:
+        """The last socket of an idle agent left: stop following the agent (so it may hibernate); what the room
+        must remember (how the last turn failed) is stored with the agent, and a new socket opens a new room."""
+        if room.sockets or room.in_flight or room.active is not None or room.expecting:
+            return
+        if self._rooms.get(key) is room:
+            del self._rooms[key]
+        for unsubscribe in room.unsubscribe:
+            unsubscribe()
+        room.unsubscribe.clear()
 
     async def _frame(self, ws: web.WebSocketResponse, room: _Room, agent: Any, text: str) -> None:
         if len(text.encode()) > self.max_frame_bytes:

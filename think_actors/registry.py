@@ -1,0 +1,92 @@
+"""Every agent a cluster has started, resident or hibernated, in Ray's GCS key-value store.
+
+An agent's record holds how to start it again (its class, name and constructor options, pickled as Ray pickles
+them to create the actor), the node it last ran on, and whether its actor is resident. The actor writes its own
+record when it starts and when it hibernates, so a handle, ``get`` or the gateway can wake it without knowing
+how it was created. The GCS lives on the head node and is shared by every node, like the agents' names.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from ray import cloudpickle
+from ray.experimental import internal_kv
+
+__all__ = ["AgentRecord", "list_records", "lookup", "mark_hibernated", "record_resident", "spawn_args"]
+
+_PREFIX = "agents/"
+_KV_NAMESPACE = "think_actors"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """One agent the cluster knows: ``resident`` when its actor runs (on ``node_id``), else hibernated."""
+
+    path: str
+    agent_class: str
+    node_id: str
+    resident: bool
+    since: float
+
+
+def _key(namespace: str, path: str) -> bytes:
+    return f"{_PREFIX}{namespace}/{path}".encode()
+
+
+def _decode(path: str, raw: bytes) -> tuple[AgentRecord, bytes]:
+    value = msgpack.unpackb(raw)
+    record = AgentRecord(path, value["class"], value["node"], value["resident"], value["since"])
+    return record, value["args"]
+
+
+def _put(namespace: str, path: str, agent_class: str, node_id: str, resident: bool, args: bytes) -> None:
+    value = {"class": agent_class, "node": node_id, "resident": resident, "since": time.time(), "args": args}
+    internal_kv._internal_kv_put(_key(namespace, path), msgpack.packb(value), namespace=_KV_NAMESPACE)
+
+
+def record_resident(
+    namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any], node_id: str
+) -> None:
+    """The agent's actor is up on ``node_id``; remember how to start it again."""
+    args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
+    _put(namespace, path, f"{agent_class.__module__}.{agent_class.__qualname__}", node_id, True, args)
+
+
+def mark_hibernated(namespace: str, path: str) -> None:
+    """The agent's actor is exiting for want of work; its record stays, so it can be woken."""
+    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
+    if raw is None:
+        return
+    record, args = _decode(path, raw)
+    _put(namespace, path, record.agent_class, record.node_id, False, args)
+
+
+def lookup(namespace: str, path: str) -> AgentRecord | None:
+    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
+    return None if raw is None else _decode(path, raw)[0]
+
+
+def spawn_args(namespace: str, path: str) -> tuple[type[Any], str, dict[str, Any]] | None:
+    """``(agent_class, name, options)`` the agent was started with, or None for an agent never started."""
+    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
+    if raw is None:
+        return None
+    agent_class, name, options = cloudpickle.loads(_decode(path, raw)[1])
+    return agent_class, name, options
+
+
+def list_records(namespace: str) -> list[AgentRecord]:
+    """Every agent of ``namespace``, ordered by path."""
+    from ray._private.worker import global_worker
+
+    prefix = f"{_PREFIX}{namespace}/".encode()
+    keys = internal_kv._internal_kv_list(prefix, namespace=_KV_NAMESPACE)
+    if not keys:
+        return []
+    values = global_worker.gcs_client.internal_kv_multi_get(keys, _KV_NAMESPACE.encode())  # type: ignore[attr-defined]
+    records = [_decode(key[len(prefix) :].decode(), raw)[0] for key, raw in values.items() if raw is not None]
+    return sorted(records, key=lambda r: r.path)

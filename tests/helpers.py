@@ -133,3 +133,18 @@ async def greeting(ws: Any, timeout_s: float = 10.0) -> dict[str, Any]:
     assert identity["type"] == "cf_agent_identity" and identity["name"] and identity["agent"], identity
     assert mcp == {"mcp": {"prompts": [], "resources": [], "servers": {}, "tools": []}, "type": "cf_agent_mcp_servers"}
     return first
+
+
+# -- stores ------------------------------------------------------------------------------------------------------
+
+STORE_KINDS = ["memory", "sqlite", "postgres"]
+"""Every store the Store contract tests run against (conftest's ``store`` fixture parametrizes over these)."""
+
+
+def open_test_store(kind: str, where: str, agent: str = "lead/a") -> ta.Store:
+    """A store of ``kind``: ``where`` is a SQLite file path or a PostgreSQL URL (ignored for memory)."""
+    if kind == "memory":
+        return ta.MemoryStore()
+    if kind == "sqlite":
+        return ta.SQLiteStore(where, agent=agent)
+    return ta.PostgresStore(where, agent)

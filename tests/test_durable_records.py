@@ -9,26 +9,28 @@ import dataclasses
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from think_actors.errors import ConfigurationError, StoreError
+from think_actors.errors import ConfigurationError, StoreError, StoreFencedError
 from think_actors.messages import TextPart, UIMessage, user_message
-from think_actors.store import EffectRecord, MemoryStore, SQLiteStore, Store, SubmissionRecord, TurnRecord
+from think_actors.store import (
+    EffectRecord,
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    Store,
+    SubmissionRecord,
+    TurnRecord,
+)
 from think_actors.store.sqlite import SCHEMA_VERSION
 
-AnyStore = MemoryStore | SQLiteStore
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyStore]:
-    s: AnyStore = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "agent.db")
-    yield s
-    await s.close()
+AnyStore = MemoryStore | SQLiteStore | PostgresStore
+# The `store` fixture (conftest) runs each contract test against every kind in helpers.STORE_KINDS.
 
 
 def submission(
@@ -499,8 +501,8 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
     await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert SCHEMA_VERSION == 2
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
         objects = conn.execute(
             "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
         ).fetchall()
@@ -512,6 +514,7 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
             ("table", "chunks", "chunks"),
             ("table", "effects", "effects"),
             ("table", "kv", "kv"),
+            ("table", "lease", "lease"),
             ("table", "messages", "messages"),
             ("table", "submissions", "submissions"),
             ("table", "turns", "turns"),
@@ -540,7 +543,7 @@ async def test_sqlite_migrates_a_version_1_file_in_place(tmp_path: Path) -> None
     await old.set_kv("cursor", {"step": 4})
     await old.close()
     conn = sqlite3.connect(path)
-    for table in ("submissions", "turns", "chunks", "effects"):
+    for table in ("submissions", "turns", "chunks", "effects", "lease"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
@@ -562,9 +565,34 @@ async def test_sqlite_migrates_a_version_1_file_in_place(tmp_path: Path) -> None
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     finally:
         conn.close()
+
+
+async def test_sqlite_migrates_a_version_2_file_and_fences_from_then_on(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    old = SQLiteStore(path)
+    await old.put_turn(turn("r1"))
+    await old.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE lease")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+
+    first, second = SQLiteStore(path), SQLiteStore(path)
+    try:
+        assert await first.list_turns() == [turn("r1")]
+        assert await second.get_turn("r1") == turn("r1")
+        assert (first.generation, second.generation) == (1, 2)
+        with pytest.raises(StoreFencedError):
+            await first.delete_turn("r1")
+        await second.delete_turn("r1")
+        assert await second.list_turns() == []
+    finally:
+        await first.close()
+        await second.close()
 
 
 def test_sqlite_two_stores_racing_on_one_file_make_one_row_per_key(tmp_path: Path) -> None:

@@ -91,6 +91,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "ProviderError": {"provider": "openai", "status_code": 503},
     "ToolExecutionError": {"tool_name": "search", "tool_call_id": "c1", "request_id": "r"},
     "StoreError": {"request_id": "r"},
+    "StoreFencedError": {"agent": "lead/team-1", "generation": 3, "owner_generation": 4},
     "ScriptError": {},
     "AgentError": {"agent": "research/lead"},
     "AgentCycleError": {"agent": "a", "cycle": ["a", "b", "a"]},
@@ -167,6 +168,7 @@ def test_error_tree_matches_the_docstring() -> None:
         assert cls.__bases__ == (errors.ModelError,)
     assert errors.StreamStalledError.__bases__ == (errors.ModelTimeoutError,)
     assert errors.ModelServerUnavailableError.__bases__ == (errors.ModelConnectionError,)
+    assert errors.StoreFencedError.__bases__ == (errors.StoreError,)
     assert errors.AgentCycleError.__bases__ == (errors.AgentError,)
     assert errors.AgentUnavailableError.__bases__ == (errors.AgentError,)
     for cls in _error_classes():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,11 @@ from think_actors.messages import (
     UIMessage,
     user_message,
 )
-from think_actors.store import MemoryStore, SQLiteStore, Store
+from think_actors.store import MemoryStore, PostgresStore, SQLiteStore, Store
 from think_actors.store.sqlite import SCHEMA_VERSION
 
-AnyStore = MemoryStore | SQLiteStore
+AnyStore = MemoryStore | SQLiteStore | PostgresStore
+# The `store` fixture (conftest) runs each contract test against every kind in helpers.STORE_KINDS.
 
 
 def assistant(text: str, *, id: str) -> UIMessage:
@@ -31,13 +31,6 @@ def assistant(text: str, *, id: str) -> UIMessage:
 
 def ids(messages: list[UIMessage]) -> list[str]:
     return [m.id for m in messages]
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AnyStore]:
-    s: AnyStore = MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "agent.db")
-    yield s
-    await s.close()
 
 
 async def test_store_satisfies_protocol(store: AnyStore) -> None:

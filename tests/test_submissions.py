@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from helpers import RecordingAgent
 
 import think_actors as ta
 from think_actors.store import SubmissionRecord
+from think_actors.store.postgres import close_pools
 from think_actors.testing import ScriptedModel, delay, error, step, text, tool_call
 
 WAIT_S = 5
@@ -304,16 +306,21 @@ async def crashed_row(store: ta.Store, sid: str, text_: str, *, applied: bool, a
         await store.append_message(message)
 
 
-async def test_restart_requeues_unapplied_rows_and_errors_applied_ones(tmp_path: Path) -> None:
-    path = tmp_path / "agent.db"
-    store = ta.SQLiteStore(path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def durable_location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL that outlives its store objects (a restart opens it again)."""
+    yield request.getfixturevalue("postgres_url") if request.param == "postgres" else f"sqlite://{tmp_path}"
+
+
+async def test_restart_requeues_unapplied_rows_and_errors_applied_ones(durable_location: str) -> None:
+    store = ta.open_store(durable_location, "submitter/sub")
     await crashed_row(store, "unapplied", "never got in", applied=False, append=False)
     await crashed_row(store, "partial", "got in unmarked", applied=False, append=True)
     await crashed_row(store, "applied", "got in marked", applied=True, append=True)
     await store.close()
 
     model = ScriptedModel([text("answered after restart")])
-    agent = make(model, ta.SQLiteStore(path))
+    agent = make(model, ta.open_store(durable_location, "submitter/sub"))
     await agent.load_messages()  # the agent starts: reconciliation, then the drain
     requeued = await agent.wait_for_submission("unapplied", timeout_s=WAIT_S)
 
@@ -325,6 +332,8 @@ async def test_restart_requeues_unapplied_rows_and_errors_applied_ones(tmp_path:
     assert "not replayed" in (partial.error or "") and "not replayed" in (applied.error or "")
     assert texts(agent) == ["got in unmarked", "got in marked", "never got in", "answered after restart"]
     model.assert_complete()
+    await agent.close()
+    await close_pools()
 
 
 async def test_the_streams_kept_for_attaching_are_bounded() -> None:

@@ -1,5 +1,7 @@
 """think_actors: LLM chat agents as Ray actors, with Cloudflare Think's turn and hook semantics."""
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
 from . import testing
 from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
@@ -43,6 +45,7 @@ from .errors import (
     RateLimitError,
     ScriptError,
     StoreError,
+    StoreFencedError,
     StreamStalledError,
     ThinkError,
     ToolExecutionError,
@@ -83,9 +86,12 @@ from .models import ModelClient, ModelRequest, Usage
 from .observability import Event
 from .overflow import default_context_overflow_classifier
 from .session import Session
-from .store import MemoryStore, SQLiteStore, Store
+from .store import MemoryStore, SQLiteStore, Store, open_store
 from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, tool
+
+if _TYPE_CHECKING:
+    from .store.postgres import PostgresStore
 
 __version__ = "0.1.0"
 
@@ -98,6 +104,10 @@ def __getattr__(name: str) -> object:
         from . import runtime
 
         return getattr(runtime, name)
+    if name == "PostgresStore":  # asyncpg loads only in processes that use PostgreSQL
+        from .store.postgres import PostgresStore
+
+        return PostgresStore
     raise AttributeError(f"module 'think_actors' has no attribute {name!r}")
 
 
@@ -141,6 +151,7 @@ __all__ = [
     "ModelTimeoutError",
     "NestedTurnError",
     "NoMessagesError",
+    "PostgresStore",
     "Proactive",
     "ProviderError",
     "RateLimitError",
@@ -158,6 +169,7 @@ __all__ = [
     "StepResult",
     "Store",
     "StoreError",
+    "StoreFencedError",
     "StreamStalledError",
     "Submission",
     "Substitute",
@@ -198,6 +210,7 @@ __all__ = [
     "init",
     "kebab_case",
     "list_agents",
+    "open_store",
     "parse_chunk",
     "shutdown",
     "spawn",

@@ -41,7 +41,7 @@ from .messages import MessagePart, ToolPart, UIMessage, new_id
 from .models import ModelClient
 from .observability import Event
 from .session import Session
-from .store import LATEST, MemoryStore, Store, agent_path, validate_agent_name
+from .store import LATEST, MemoryStore, Store, agent_path, check_store_url, validate_agent_name
 from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
@@ -107,6 +107,8 @@ class Think:
         tools: Extra tools (``@tool`` methods on the class are collected automatically).
         capability_prompt: Whether to tell the model which tools this turn offers.
         data_dir: Where SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
+        store_url: Where the agent's store lives, as a URL: ``postgresql://...`` (a cluster's shared database) or
+            ``sqlite:///dir``. Default ``$THINK_STORE``; with neither, a SQLite file per agent under ``data_dir``.
         context_overflow: Context-window overflow recovery (``ContextOverflowConfig``); None (the default) is off.
         chat_recovery: How turns a crash interrupted are finished after a restart (``ChatRecoveryConfig``).
         message_concurrency: What the gateway does with a chat request that arrives while a turn runs: ``"queue"``
@@ -123,6 +125,7 @@ class Think:
     tools: Sequence[Tool] = ()
     capability_prompt: bool = True
     data_dir: str | None = None
+    store_url: str | None = None
     context_overflow: ContextOverflowConfig | None = None
     chat_recovery: ChatRecoveryConfig = ChatRecoveryConfig()
     chat_stream_stall_timeout_s: float | None = None
@@ -137,7 +140,7 @@ class Think:
         instructions: str | None = None,
         tools: Sequence[Tool] | None = None,
         max_steps: int | None = None,
-        store: Store | None = None,
+        store: Store | str | None = None,
         data_dir: str | None = None,
     ):
         self.name = validate_agent_name(name)
@@ -152,6 +155,10 @@ class Think:
             self.max_steps = max_steps
         if data_dir is not None:
             self.data_dir = data_dir
+        if isinstance(store, str):  # a URL: checked now, so a bad one fails here rather than at the first turn
+            self.store_url, store = check_store_url(store), None
+        elif self.store_url is not None:
+            self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
 
     # ------------------------------------------------------------------ lifecycle hooks
@@ -584,7 +591,8 @@ class Think:
 
     @property
     def store(self) -> Store:
-        """The agent's store (a SQLite file under ``data_dir`` unless one was given)."""
+        """The agent's store: the one given, else the one ``store_url`` / ``$THINK_STORE`` names, else a SQLite file
+        under ``data_dir``."""
         return self._engine.store
 
     @property
@@ -601,15 +609,18 @@ class Think:
         """
         engine = self._engine
         path = f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
+        if self.store_url is not None:  # children keep their rows where the parent keeps its own
+            options.setdefault("store", self.store_url)
         if engine.runtime is not None:
             return await engine.runtime.sub_agent(agent_class, name, path, options)
         from .delegation import LocalAgentHandle
 
         child = engine.children.get(path)
         if child is None:
-            store = type(engine.store)() if isinstance(engine.store, MemoryStore) else None
+            if isinstance(engine.store, MemoryStore):
+                options.setdefault("store", type(engine.store)())
             options.setdefault("data_dir", self.data_dir)
-            child = engine.children[path] = LocalAgentHandle(agent_class(name, path=path, store=store, **options))
+            child = engine.children[path] = LocalAgentHandle(agent_class(name, path=path, **options))
         return child
 
     async def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:

@@ -19,6 +19,7 @@ never a provider SDK type::
     │   └── ProviderError           any other provider answer (4xx/5xx, malformed stream)
     ├── ToolExecutionError          a tool failed where the model cannot be told (e.g. a remote tool's transport)
     ├── StoreError                  the store could not read or write
+    │   └── StoreFencedError        a newer generation owns the agent: this writer's turn writes are refused
     ├── ScriptError                 a ScriptedModel ran out of steps or has steps left over
     └── AgentError                  the actor runtime failed
         ├── AgentCycleError         A -> B -> A while A holds its turn lock
@@ -48,6 +49,7 @@ __all__ = [
     "RateLimitError",
     "ScriptError",
     "StoreError",
+    "StoreFencedError",
     "StreamStalledError",
     "ThinkError",
     "ToolExecutionError",
@@ -166,6 +168,18 @@ class ToolExecutionError(ThinkError):
 
 class StoreError(ThinkError):
     """The store could not read or write."""
+
+
+class StoreFencedError(StoreError):
+    """Another store instance opened this agent after this one did, so this one may no longer write its turns.
+
+    Opening a store for an agent claims the next ``generation``; every write that belongs to a turn checks that
+    its writer still holds the newest one. ``agent`` is the agent path, ``generation`` this writer's and
+    ``owner_generation`` the newest (None when the agent's lease row is gone). Never retryable: the newer owner
+    (typically the restarted actor) carries on, and this writer should stop.
+    """
+
+    _fields = (*StoreError._fields, "agent", "generation", "owner_generation")
 
 
 class ScriptError(ThinkError):

@@ -36,7 +36,7 @@ from .hooks import TurnResult
 from .messages import UIMessage
 from .models import set_model_resolver
 from .observability import Event
-from .store import agent_path
+from .store import STORE_ENV, agent_path, check_store_url
 from .submissions import Submission
 from .tools import Tool, ToolContext
 
@@ -61,6 +61,7 @@ class RuntimeConfig:
 
     namespace: str = "think_actors"
     data_dir: str = ""
+    store_url: str = ""  # "" means each agent's SQLite file under data_dir
     model_pool_size: int = 2
     max_restarts: int = 3
     batch_max: int = 1024
@@ -99,6 +100,7 @@ def init(
     *,
     namespace: str = "think_actors",
     data_dir: str | None = None,
+    store: str | None = None,
     num_cpus: int | None = None,
     model_pool_size: int = 2,
     max_restarts: int = 3,
@@ -111,12 +113,17 @@ def init(
     ``data_dir`` is where agents' SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
     ``idle_timeout_s``: an agent with nothing to do for that long hibernates (its actor exits; its store keeps
     everything) and any handle, ``spawn``, ``get`` or the gateway wakes it; a class's own ``idle_timeout_s``
-    wins. None (the default) keeps agents resident. Calling it again returns the same config.
+    wins. None (the default) keeps agents resident.
+    ``store`` is a store URL for every agent (default ``$THINK_STORE``): ``postgresql://user@host/db`` when agents
+    run on more than one node, or ``sqlite:///dir``; it travels to every actor. A URL of another scheme raises
+    ``ConfigurationError`` before Ray starts. Calling it again returns the same config.
     """
     global _config
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     resolved_dir = os.path.abspath(data_dir or os.environ.get("THINK_ACTORS_DATA_DIR") or ".think_actors")
+    store_url = store or os.environ.get(STORE_ENV) or ""
+    store_url = check_store_url(store_url) if store_url else ""
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {
             "address": address or "local",
@@ -134,6 +141,7 @@ def init(
                     "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
                     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                     "THINK_ACTORS_DATA_DIR": resolved_dir,
+                    **({STORE_ENV: store_url} if store_url else {}),
                 }
             }
         kwargs.update(ray_kwargs)
@@ -141,6 +149,7 @@ def init(
     _config = RuntimeConfig(
         namespace=namespace,
         data_dir=resolved_dir,
+        store_url=store_url,
         model_pool_size=model_pool_size,
         max_restarts=max_restarts,
         log_level=logging.WARNING if quiet else logging.INFO,
@@ -189,6 +198,8 @@ async def _spawn_path(
         raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
     options = dict(options)
     options.setdefault("data_dir", config.data_dir)
+    if config.store_url:
+        options.setdefault("store", config.store_url)
     host: Any = AgentHost
     actor = host.options(**_actor_options(config, path)).remote(agent_class, name, path, options, config)
     handle = AgentHandle(actor, path, agent_class.__name__)

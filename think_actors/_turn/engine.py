@@ -23,7 +23,7 @@ from ..messages import UIMessage, WireModel
 from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
 from ..session import Session
-from ..store import SQLiteStore, Store
+from ..store import STORE_ENV, SQLiteStore, Store, open_store
 from ..tools import Tool, ToolContext, class_tools
 from .abort import AbortRegistry
 from .convert import to_model_messages
@@ -133,8 +133,15 @@ class Engine:
     @property
     def store(self) -> Store:
         if self._store is None:
-            data_dir = self.agent.data_dir or os.environ.get(DATA_DIR_ENV) or os.path.join(os.getcwd(), ".think_actors")
-            self._store = SQLiteStore.for_agent(data_dir, self.path)
+            # The URL chooses the kind of store; data_dir only says where SQLite files go when no URL is set.
+            url = self.agent.store_url or os.environ.get(STORE_ENV)
+            if url:
+                self._store = open_store(url, self.path)
+            else:
+                data_dir = (
+                    self.agent.data_dir or os.environ.get(DATA_DIR_ENV) or os.path.join(os.getcwd(), ".think_actors")
+                )
+                self._store = SQLiteStore.for_agent(data_dir, self.path)
         return self._store
 
     async def ensure_started(self) -> None:

@@ -4,13 +4,17 @@ A store belongs to one agent. Messages form a tree (``parent_id``); the active t
 the root to the latest leaf, where the latest leaf is the message written most recently (so a regenerated
 answer, appended under an earlier message, becomes the new branch). Appending is O(1): one row, never a
 rewrite of the history.
+
+Stores: ``SQLiteStore`` (the default: one file per agent), ``PostgresStore`` (clusters: one database for every
+agent; imported lazily, with asyncpg), ``MemoryStore`` (tests). ``open_store`` picks one by URL (``url.py``).
+SQLite and PostgreSQL fence two writers of one agent with a generation lease (``_lease.py``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import InvalidAgentNameError
 from ..messages import UIMessage
@@ -18,13 +22,17 @@ from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = [
     "LATEST",
+    "STORE_ENV",
     "EffectRecord",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "SubmissionRecord",
     "TurnRecord",
     "agent_path",
+    "check_store_url",
+    "open_store",
     "validate_agent_name",
 ]
 
@@ -175,3 +183,16 @@ class Store(Protocol):
 
 from .memory import MemoryStore  # noqa: E402
 from .sqlite import SQLiteStore  # noqa: E402
+from .url import STORE_ENV, check_store_url, open_store  # noqa: E402
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+
+def __getattr__(name: str) -> object:
+    # postgres.py imports asyncpg: load it only in processes that use PostgreSQL.
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,6 +3,10 @@
 The methods are coroutines but call sqlite3 directly on the event loop: a local write costs tens of microseconds,
 less than a hop to a thread pool would. WAL with ``synchronous=NORMAL`` means a returned write survives a crash of
 the process; an OS crash or power loss may roll back the last few commits.
+
+A file can be opened by two processes at once (an old actor still draining while its restart begins): opening
+claims the next generation of the file's lease, and every turn write checks it inside its write transaction
+(``_lease``), so the older store's writes are refused with ``StoreFencedError`` instead of interleaving.
 """
 
 from __future__ import annotations
@@ -40,14 +44,16 @@ from ._codec import (
     turn_row,
     unpack,
 )
+from ._lease import fenced_error
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
 
 1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
+3: adds the lease (the writers' generation, see ``_lease``).
 """
 
 _SCHEMA = (
@@ -114,6 +120,8 @@ _SCHEMA = (
         finished_at REAL
     )""",
     "CREATE INDEX IF NOT EXISTS effects_by_request ON effects (request_id, seq)",
+    # One row: the generation of the newest store that opened this file.
+    "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL)",
 )
 
 
@@ -151,6 +159,12 @@ WITH RECURSIVE path(seq, parent_id, body) AS (
 SELECT body FROM path ORDER BY seq
 """
 
+# One autocommitted write statement holds the write lock for its whole run, so two opens never share a generation.
+_CLAIM = (
+    "INSERT INTO lease (id, generation) VALUES (1, 1) "
+    "ON CONFLICT (id) DO UPDATE SET generation = generation + 1 RETURNING generation"
+)
+
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
@@ -158,13 +172,16 @@ class SQLiteStore:
     """A Store in one SQLite file, with one connection opened on first use.
 
     Opening lazily lets an actor build its store in ``__init__`` and use it from the event-loop thread, which Ray
-    may run in a different thread.
+    may run in a different thread. Opening claims the file's next lease generation; ``agent`` only names the
+    agent in errors (``for_agent`` passes the agent path; the file path otherwise).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0, agent: str | None = None) -> None:
         self._path = os.fspath(path)
         self._busy_timeout_s = busy_timeout_s
+        self._agent = agent or self._path
         self._conn: sqlite3.Connection | None = None
+        self._generation = 0
         self._closed = False
 
     @classmethod
@@ -186,11 +203,16 @@ class SQLiteStore:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the store directory {directory} for agent {agent_path!r}: {exc}") from exc
-        return cls(directory / f"{segments[-1]}.db", busy_timeout_s=busy_timeout_s)
+        return cls(directory / f"{segments[-1]}.db", busy_timeout_s=busy_timeout_s, agent=agent_path)
 
     @property
     def path(self) -> str:
         return self._path
+
+    @property
+    def generation(self) -> int:
+        """The lease generation this store claimed when it opened (0 until its first use)."""
+        return self._generation
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -219,7 +241,7 @@ class SQLiteStore:
         """
         # Encode before taking the write lock, so a value that cannot be stored holds nothing up.
         body = encode_message(message)
-        with self._transaction("append message") as conn:
+        with self._fenced("append message") as conn:
             return self._insert(conn, message, body, parent_id)
 
     async def upsert_message(self, message: UIMessage, parent_id: str | None = LATEST) -> None:
@@ -229,18 +251,18 @@ class SQLiteStore:
         """
         body = encode_message(message)
         # One transaction, so another writer on the same file cannot insert the id between the two statements.
-        with self._transaction("upsert message") as conn:
+        with self._fenced("upsert message") as conn:
             if not self._update(conn, message, body):
                 self._insert(conn, message, body, parent_id)
 
     async def update_message(self, message: UIMessage) -> bool:
         """Replace a stored message's content in place; returns whether it existed (nothing is inserted)."""
         body = encode_message(message)
-        with self._guard("update message") as conn:
+        with self._fenced("update message") as conn:
             return self._update(conn, message, body)
 
     async def clear_messages(self) -> None:
-        with self._guard("clear messages") as conn:
+        with self._fenced("clear messages") as conn:
             conn.execute("DELETE FROM messages")
 
     async def get_kv(self, key: str) -> Any:
@@ -252,11 +274,11 @@ class SQLiteStore:
     async def set_kv(self, key: str, value: Any) -> None:
         """Store a value; None deletes the key."""
         if value is None:
-            with self._guard("delete kv") as conn:
+            with self._fenced("delete kv") as conn:
                 conn.execute("DELETE FROM kv WHERE key = ?", (key,))
             return
         data = pack(value)
-        with self._guard("set kv") as conn:
+        with self._fenced("set kv") as conn:
             conn.execute(
                 "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, data),
@@ -347,7 +369,7 @@ class SQLiteStore:
     async def put_turn(self, record: TurnRecord) -> None:
         """Insert or replace the turn record of ``record.request_id``."""
         row = turn_row(record)
-        with self._guard("put turn") as conn:
+        with self._fenced("put turn") as conn:
             conn.execute(_TURN_UPSERT, tuple(row.values()))
 
     async def get_turn(self, request_id: str) -> TurnRecord | None:
@@ -368,7 +390,7 @@ class SQLiteStore:
 
     async def delete_turn(self, request_id: str) -> None:
         """Remove the turn record, its chunk log and its effects (the turn ended: nothing is left to recover)."""
-        with self._transaction("delete turn") as conn:
+        with self._fenced("delete turn") as conn:
             conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
             conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
             conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))
@@ -377,7 +399,7 @@ class SQLiteStore:
         """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
         rows = [(request_id, pack(chunk)) for chunk in chunks]
         # One transaction: one commit for the batch instead of one per row, and none of it if any row fails.
-        with self._transaction("append chunks") as conn:
+        with self._fenced("append chunks") as conn:
             conn.executemany("INSERT INTO chunks (request_id, body) VALUES (?, ?)", rows)
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
@@ -391,7 +413,7 @@ class SQLiteStore:
     async def start_effect(self, record: EffectRecord) -> EffectRecord:
         """Record that a tool call starts, unless its key exists: returns the stored record either way."""
         row = effect_row(record)
-        with self._transaction("start effect") as conn:
+        with self._fenced("start effect") as conn:
             if conn.execute(_EFFECT_INSERT, tuple(row.values())).rowcount > 0:
                 return effect_record(row)
             stored = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
@@ -404,7 +426,7 @@ class SQLiteStore:
         """
         columns = {**effect_finish(output, error), "finished_at": time.time()}
         assignments = ", ".join(f'"{name}" = ?' for name in columns)
-        with self._guard("finish effect") as conn:
+        with self._fenced("finish effect") as conn:
             cursor = conn.execute(f"UPDATE effects SET {assignments} WHERE key = ?", [*columns.values(), key])
         if cursor.rowcount == 0:
             raise StoreError(f"cannot finish effect {key!r}: it was never started")
@@ -422,7 +444,7 @@ class SQLiteStore:
 
     async def clear_turn_state(self) -> None:
         """Delete every turn record, chunk log and effect; submissions and messages stay."""
-        with self._transaction("clear turn state") as conn:
+        with self._fenced("clear turn state") as conn:
             conn.execute("DELETE FROM turns")
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM effects")
@@ -494,6 +516,20 @@ class SQLiteStore:
                 raise
             conn.execute("COMMIT")
 
+    @contextmanager
+    def _fenced(self, what: str) -> Iterator[sqlite3.Connection]:
+        """A write transaction that first checks this store still holds the lease (``StoreFencedError`` if not).
+
+        The check runs under the write lock BEGIN IMMEDIATE took, so no newer open can claim the file between it
+        and the commit.
+        """
+        with self._transaction(what) as conn:
+            row = conn.execute("SELECT generation FROM lease").fetchone()
+            owner = None if row is None else row[0]
+            if owner != self._generation:
+                raise fenced_error(self._agent, self._generation, owner)
+            yield conn
+
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
@@ -519,6 +555,8 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate(conn)
+            # fetchall: the statement must run to its end, or its write transaction stays open.
+            [(self._generation,)] = conn.execute(_CLAIM).fetchall()
         except sqlite3.Error as exc:
             conn.close()
             raise self._error("open", exc) from exc
@@ -533,7 +571,7 @@ class SQLiteStore:
 
         Every version so far only adds tables and indexes, so ``_SCHEMA``'s IF NOT EXISTS statements migrate.
         """
-        # Read first without a lock: every open but the first finds the schema current and takes no write lock.
+        # Read first without a lock: every open but the first finds the schema current and skips the migration.
         if self._schema_version(conn) == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")

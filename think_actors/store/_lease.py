@@ -1,0 +1,34 @@
+"""The generation lease that fences two writers of one agent (DESIGN §8), shared by SQLiteStore and PostgresStore.
+
+Opening a store for an agent claims the next generation (an atomic increment of the agent's lease row). Every
+write that belongs to a turn (messages, turn records, the chunk log, effects, kv) checks, in the same statement or
+transaction, that its store still holds the newest generation. So when an old actor is still draining while its
+restart begins, the restarted actor's first open fences the old one: none of the old turn's later writes land
+between the new owner's.
+
+The submissions ledger is not fenced: inserts are idempotent by id and key (the uniqueness constraints decide)
+and every status change is a compare-and-set on the status, so any process may accept a submission.
+"""
+
+from __future__ import annotations
+
+from ..errors import StoreFencedError
+
+__all__ = ["fenced_error"]
+
+
+def fenced_error(agent: str, generation: int, owner_generation: int | None) -> StoreFencedError:
+    """The error a write of a superseded store raises."""
+    if owner_generation is None:
+        why = f"its lease row is gone (this store holds generation {generation})"
+    else:
+        why = f"a newer store claimed generation {owner_generation} (this one holds {generation})"
+    return StoreFencedError(
+        f"agent {agent!r} is owned by another writer: {why}, so this store may no longer write the agent's turns. "
+        "Another process opened the agent's store after this one, typically its restarted actor while this one "
+        "was still draining. Stop using this store and let the newer owner carry on; open a new store for the "
+        "agent only to take it over again.",
+        agent=agent,
+        generation=generation,
+        owner_generation=owner_generation,
+    )

@@ -1,0 +1,216 @@
+"""PostgresStore's schema, its versioned migrations, and the connection pools a process shares.
+
+The tables live in their own PostgreSQL schema (``think_actors``), so they sit beside an application's tables
+without clashing. ``think_actors.schema_version`` records every migration applied; ``MIGRATIONS`` is the ordered
+list, version ``i + 1`` being ``MIGRATIONS[i]``. Migrating takes a transaction-scoped advisory lock first, so
+processes that start together apply each migration once, and a failed migration rolls back whole (PostgreSQL's
+DDL is transactional).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+
+from ..errors import StoreError
+from .url import redact_url
+
+__all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "close_pools", "migrate", "shared_pool"]
+
+SCHEMA = "think_actors"
+
+# Every table is keyed by the agent path first: an agent's rows are one index range, and no statement reaches
+# another agent's. The types match _codec's encoders: text, float8 for times, bytea for msgpack.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the lease rows, the message tree, kv, submissions, turn records, the chunk log and the effect ledger.
+    (
+        f"""CREATE TABLE {SCHEMA}.agents (
+            path text PRIMARY KEY,
+            generation bigint NOT NULL,
+            submission_seq bigint NOT NULL DEFAULT 0,
+            claimed_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        f"""CREATE TABLE {SCHEMA}.messages (
+            agent text NOT NULL,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            id text NOT NULL,
+            parent_id text,
+            role text,
+            body bytea NOT NULL,
+            created_at double precision,
+            PRIMARY KEY (agent, id)
+        )""",
+        f"CREATE UNIQUE INDEX messages_by_seq ON {SCHEMA}.messages (agent, seq)",
+        f"""CREATE TABLE {SCHEMA}.kv (
+            agent text NOT NULL,
+            key text NOT NULL,
+            value bytea NOT NULL,
+            PRIMARY KEY (agent, key)
+        )""",
+        # A unique constraint holds any number of NULL keys, so submissions without a key never collide.
+        f"""CREATE TABLE {SCHEMA}.submissions (
+            agent text NOT NULL,
+            seq bigint NOT NULL,
+            submission_id text NOT NULL,
+            request_id text NOT NULL,
+            status text NOT NULL,
+            messages bytea NOT NULL,
+            created_at double precision NOT NULL,
+            idempotency_key text,
+            metadata bytea NOT NULL,
+            error text,
+            started_at double precision,
+            completed_at double precision,
+            messages_applied_at double precision,
+            PRIMARY KEY (agent, submission_id),
+            UNIQUE (agent, idempotency_key)
+        )""",
+        f"CREATE INDEX submissions_by_status ON {SCHEMA}.submissions (agent, status, created_at, seq)",
+        f"""CREATE TABLE {SCHEMA}.turns (
+            agent text NOT NULL,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            request_id text NOT NULL,
+            "trigger" text NOT NULL,
+            status text NOT NULL,
+            started_at double precision NOT NULL,
+            updated_at double precision NOT NULL,
+            continuation integer NOT NULL,
+            input_ids bytea NOT NULL,
+            message_id text,
+            attempts bigint NOT NULL,
+            progress bigint NOT NULL,
+            submission_id text,
+            data bytea NOT NULL,
+            PRIMARY KEY (agent, request_id)
+        )""",
+        f"""CREATE TABLE {SCHEMA}.chunks (
+            agent text NOT NULL,
+            request_id text NOT NULL,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            body bytea NOT NULL,
+            PRIMARY KEY (agent, request_id, seq)
+        )""",
+        f"""CREATE TABLE {SCHEMA}.effects (
+            agent text NOT NULL,
+            seq bigint GENERATED ALWAYS AS IDENTITY,
+            key text NOT NULL,
+            request_id text NOT NULL,
+            tool_call_id text NOT NULL,
+            tool_name text NOT NULL,
+            status text NOT NULL,
+            started_at double precision NOT NULL,
+            input bytea NOT NULL,
+            output bytea NOT NULL,
+            error text,
+            finished_at double precision,
+            PRIMARY KEY (agent, key)
+        )""",
+        f"CREATE INDEX effects_by_request ON {SCHEMA}.effects (agent, request_id, seq)",
+    ),
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The newest schema this think_actors knows; a database at a higher version was migrated by a newer one."""
+
+# Any constant works, as long as no other code takes this advisory lock for something else: "think" in ASCII.
+_MIGRATION_LOCK = 0x7468696E6B
+_VERSION = f"SELECT coalesce(max(version), 0) FROM {SCHEMA}.schema_version"
+
+
+async def schema_version(conn: Any) -> int:
+    """The database's schema version (0 for a database without think_actors' tables)."""
+    if await conn.fetchval("SELECT to_regclass($1)", f"{SCHEMA}.schema_version") is None:
+        return 0
+    version: int = await conn.fetchval(_VERSION)
+    return version
+
+
+async def migrate(conn: Any) -> int:
+    """Apply the migrations the database lacks; returns the version it had. Refuses a newer schema.
+
+    A database already current is only read (no lock), so every open but the first costs two short queries.
+    """
+    found = await schema_version(conn)
+    if found == SCHEMA_VERSION:
+        return found
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        # Re-read under the lock: another process may have migrated while this one waited.
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        found = await conn.fetchval(_VERSION)
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"PostgreSQL schema {SCHEMA!r} has version {found}; this think_actors reads up to {SCHEMA_VERSION}. "
+                "Upgrade think_actors to use this database."
+            )
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(statement)
+            await conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES ($1)", version)
+    return int(found)
+
+
+# -- the process's pools ----------------------------------------------------------------------------------------------
+# One pool per (URL, event loop): asyncpg connections belong to the loop that made them, and an actor has one loop.
+POOL_MIN_SIZE = 1
+POOL_MAX_SIZE = 10
+
+_pools: dict[tuple[str, int], tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = {}
+
+
+async def _skip_reset(conn: Any) -> None:
+    # The stores leave no session state behind (no SET, LISTEN, cursors or session-level advisory locks), so the
+    # default reset (one more round trip per release) is needed only when a cancelled call left a transaction open.
+    if conn.is_in_transaction():
+        await conn.reset()
+
+
+async def _create_pool(url: str) -> Any:
+    pool = await asyncpg.create_pool(url, min_size=POOL_MIN_SIZE, max_size=POOL_MAX_SIZE, reset=_skip_reset)
+    try:
+        async with pool.acquire() as conn:
+            await migrate(conn)
+    except BaseException:
+        await pool.close()
+        raise
+    return pool
+
+
+async def shared_pool(url: str) -> Any:
+    """The process's pool for ``url`` on the running loop, created (and the schema migrated) on first use."""
+    loop = asyncio.get_running_loop()
+    key = (url, id(loop))
+    entry = _pools.get(key)
+    if entry is None or entry[0] is not loop:
+        for stale in [k for k, (other, _) in _pools.items() if other.is_closed()]:
+            del _pools[stale]
+        entry = _pools[key] = (loop, loop.create_task(_create_pool(url)))
+    try:
+        # Shielded: one caller giving up does not cancel the pool the others wait for.
+        return await asyncio.shield(entry[1])
+    except BaseException:
+        if entry[1].done() and _pools.get(key) is entry:
+            del _pools[key]  # a failed creation is retried by the next call
+        raise
+
+
+async def close_pools() -> None:
+    """Close the shared pools of the running loop (at shutdown, or between tests); stores opened later reconnect."""
+    loop = asyncio.get_running_loop()
+    for key, (owner, task) in list(_pools.items()):
+        if owner is not loop:
+            continue
+        del _pools[key]
+        try:
+            pool = await task
+        except Exception:
+            continue
+        try:
+            await pool.close()
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise StoreError(f"closing the PostgreSQL pool of {redact_url(key[0])} failed: {exc}") from exc

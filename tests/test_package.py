@@ -96,6 +96,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "AgentError": {"agent": "research/lead"},
     "AgentCycleError": {"agent": "a", "cycle": ["a", "b", "a"]},
     "AgentUnavailableError": {"agent": "research/lead", "retryable": True},
+    "AgentHibernatedError": {"agent": "research/lead", "retryable": True},
 }
 
 

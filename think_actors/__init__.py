@@ -95,7 +95,7 @@ if _TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-_RUNTIME_NAMES = ("AgentHandle", "AgentListing", "get", "init", "list_agents", "shutdown", "spawn")
+_RUNTIME_NAMES = ("AgentHandle", "AgentListing", "get", "init", "list_agents", "provision", "shutdown", "spawn")
 
 
 def __getattr__(name: str) -> object:
@@ -212,6 +212,7 @@ __all__ = [
     "list_agents",
     "open_store",
     "parse_chunk",
+    "provision",
     "shutdown",
     "spawn",
     "step_count_is",

@@ -16,7 +16,15 @@ import msgpack
 from ray import cloudpickle
 from ray.experimental import internal_kv
 
-__all__ = ["AgentRecord", "list_records", "lookup", "mark_hibernated", "record_resident", "spawn_args"]
+__all__ = [
+    "AgentRecord",
+    "list_records",
+    "lookup",
+    "mark_hibernated",
+    "record_provisioned",
+    "record_resident",
+    "spawn_args",
+]
 
 _PREFIX = "agents/"
 _KV_NAMESPACE = "think_actors"
@@ -54,6 +62,15 @@ def record_resident(
     """The agent's actor is up on ``node_id``; remember how to start it again."""
     args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
     _put(namespace, path, f"{agent_class.__module__}.{agent_class.__qualname__}", node_id, True, args)
+
+
+def record_provisioned(namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any]) -> bool:
+    """Make an agent addressable before it ever ran (its first call starts it); False if it already exists."""
+    if internal_kv._internal_kv_exists(_key(namespace, path), namespace=_KV_NAMESPACE):
+        return False
+    args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
+    _put(namespace, path, f"{agent_class.__module__}.{agent_class.__qualname__}", "", False, args)
+    return True
 
 
 def mark_hibernated(namespace: str, path: str) -> None:

@@ -48,6 +48,7 @@ __all__ = [
     "init",
     "is_initialized",
     "list_agents",
+    "provision",
     "shutdown",
     "spawn",
 ]
@@ -235,6 +236,20 @@ async def get(agent_class: type[Think], name: str) -> AgentHandle:
     return AgentHandle(actor, path, agent_class.__name__)
 
 
+def provision(agent_class: type[Think], name: str, **options: Any) -> AgentHandle:
+    """Make the agent ``name`` addressable without starting its actor: the first call through the handle (or
+    ``get``, ``spawn``, the gateway) starts it, as it wakes a hibernated one. An agent that exists is left as it
+    is. Costs one registry write, no process: a cluster can hold far more agents than it can keep resident."""
+    if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
+        raise ConfigurationError(f"provision needs a Think subclass, got {agent_class!r}")
+    config = _require_config()
+    path = agent_path(kebab_case(agent_class.__name__), name)
+    options = dict(options)
+    options.setdefault("data_dir", config.data_dir)
+    registry.record_provisioned(config.namespace, path, agent_class, name, options)
+    return AgentHandle(None, path, agent_class.__name__)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentListing:
     """The agents of a namespace: every one addressable, and which are resident on which node."""
@@ -310,6 +325,10 @@ class RemoteStream:
         while self._index >= len(self._buffer):
             if self._done:
                 raise StopAsyncIteration
+            if self._generator is None:  # a provisioned agent: start it, then the call
+                assert self._handle is not None and self._restart is not None
+                await self._handle._wake()
+                self._generator = self._restart()
             try:
                 ref = await self._generator.__anext__()
                 self._buffer = _unpack(await ref)
@@ -342,7 +361,8 @@ class RemoteStream:
     async def aclose(self) -> None:
         if not self._done:
             self._done = True
-            ray.cancel(self._generator)
+            if self._generator is not None:
+                ray.cancel(self._generator)
 
     async def collect(self) -> list[Any]:
         return [item async for item in self]
@@ -375,6 +395,8 @@ class AgentHandle:
 
     async def _invoke(self, method: str, *args: Any) -> Any:
         """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
+        if self._actor is None:  # provisioned, never started
+            await self._wake()
         for attempt in range(_WAKE_ATTEMPTS):
             try:
                 return await getattr(self._actor, method).remote(*args)
@@ -384,6 +406,10 @@ class AgentHandle:
                     continue
                 raise _unwrap(err) from None
         raise AssertionError("unreachable")
+
+    def _started(self, start: Callable[[], Any]) -> Any:
+        """The remote stream, or None for a provisioned agent: the stream starts it at its first item."""
+        return None if self._actor is None else start()
 
     async def _wake(self) -> None:
         """Start the agent's actor again from its registry record (the handle then points at the new actor)."""
@@ -437,7 +463,7 @@ class AgentHandle:
         def start() -> Any:
             return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain)
 
-        return RemoteStream(start(), request_id, resumable=True, handle=self, restart=start)
+        return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start)
 
     def attach(self, request_id: str) -> RemoteStream:
         """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest."""
@@ -446,7 +472,7 @@ class AgentHandle:
         def start() -> Any:
             return self._actor.attach.options(num_returns="streaming").remote(request_id, caller_chain)
 
-        return RemoteStream(start(), request_id, handle=self, restart=start)
+        return RemoteStream(self._started(start), request_id, handle=self, restart=start)
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
         caller_chain = chain.CHAIN.get()
@@ -454,7 +480,7 @@ class AgentHandle:
         def start() -> Any:
             return self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output, caller_chain)
 
-        return RemoteStream(start(), run_id, handle=self, restart=start)
+        return RemoteStream(self._started(start), run_id, handle=self, restart=start)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
         result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get())
@@ -548,6 +574,8 @@ class AgentHandle:
         Returns once the subscription is live in the actor; the callback runs in this process (an async one is
         awaited in order). Call the returned function to unsubscribe.
         """
+        if self._actor is None:  # provisioned, never started
+            await self._wake()
         for attempt in range(_WAKE_ATTEMPTS):
             generator = self._actor.events.options(num_returns="streaming").remote(channel)
             try:

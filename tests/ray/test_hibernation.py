@@ -101,3 +101,17 @@ async def test_an_open_socket_keeps_the_agent_resident_and_the_gateway_wakes_it(
             frames.append(json.loads((await asyncio.wait_for(ws.receive(), 20)).data))
         assert any(f.get("body") and "echo: hey" in f["body"] for f in frames)
         await ws.close()
+
+
+async def test_a_provisioned_agent_is_addressable_and_its_first_call_starts_it(unique: str) -> None:
+    handle = ta.provision(Sleepy, unique)
+    assert not resident(handle.path)
+    [mine] = [a for a in ta.list_agents().agents if a.path == handle.path]
+    assert not mine.resident
+    chunks = await handle.chat("hello").collect()  # a stream starts it at its first item
+    assert [c.delta for c in chunks if c.type == "text-delta"] == ["echo: hello"]
+    assert resident(handle.path)
+    again = ta.provision(Sleepy, unique)  # an agent that exists is left as it is
+    assert len(await again.get_messages()) == 2
+    other = ta.provision(Sleepy, unique + "-b")
+    assert (await other.info())["messages"] == 0  # a plain call starts it too

@@ -595,8 +595,13 @@ class AgentHandle:
         return unsubscribe
 
     async def kill(self, *, restart: bool = True) -> None:
-        """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history)."""
+        """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history; without, the agent
+        stays addressable, not resident: the next call starts it again)."""
+        if self._actor is None:
+            return
         ray.kill(self._actor, no_restart=not restart)
+        if not restart:
+            registry.mark_hibernated(_require_config().namespace, self.path)
 
 
 async def _deliver_events(generator: Any, callback: Callable[[Event], Any]) -> None:

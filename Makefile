@@ -48,13 +48,14 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; 10k-message history; Ray; crash recovery; 100 WebSocket clients
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale
 	$(PY) scripts/bench_turn.py
 	$(BENCH_PY) scripts/bench_peers.py
 	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
 	$(PY) scripts/bench_recovery.py
 	$(PY) scripts/bench_gateway.py
+	$(PY) scripts/bench_scale.py
 
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import think_actors as ta
-from think_actors.testing import ScriptedModel, error, text
+from think_actors.testing import ScriptedModel, error, step, text
 
 
 def agent_with(model: ScriptedModel, store: ta.Store | None = None) -> ta.Think:
@@ -16,7 +16,7 @@ def agent_with(model: ScriptedModel, store: ta.Store | None = None) -> ta.Think:
 
 
 async def test_turn_start_and_finish_on_agents_chat() -> None:
-    agent = agent_with(ScriptedModel([text("hi")]))
+    agent = agent_with(ScriptedModel([step(text("hi"), usage=ta.Usage(input_tokens=3, output_tokens=1))]))
     events: list[ta.Event] = []
     agent.observe("chat", events.append)  # "chat" is short for "agents:chat"
     result = await agent.save_messages("hello")
@@ -31,8 +31,14 @@ async def test_turn_start_and_finish_on_agents_chat() -> None:
         "generation": 0,
     }
     duration = finish.payload.pop("durationMs")
-    assert isinstance(duration, float) and duration >= 0
-    assert finish.payload == {**start.payload, "status": "completed"}
+    first_chunk = finish.payload.pop("firstChunkMs")  # from the turn's start to the model's first stream event
+    assert isinstance(duration, float) and 0 <= first_chunk <= duration
+    assert finish.payload == {
+        **start.payload,
+        "status": "completed",
+        "steps": 1,
+        "usage": {"inputTokens": 3, "outputTokens": 1},
+    }
     assert (start.agent, start.name, start.path, start.channel) == ("Think", "obs", "think/obs", "agents:chat")
 
 

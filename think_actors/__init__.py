@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from . import testing
+from . import logs, metrics, testing
 from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
 from .chunks import (
@@ -81,6 +81,7 @@ from .hooks import (
     has_tool_call,
     step_count_is,
 )
+from .logs import LogContext, LogContextFilter, log_context
 from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .observability import Event
@@ -141,6 +142,8 @@ __all__ = [
     "FinishStepChunk",
     "InvalidAgentNameError",
     "LocalAgentHandle",
+    "LogContext",
+    "LogContextFilter",
     "MemoryStore",
     "MessageAccumulator",
     "ModelClient",
@@ -210,6 +213,9 @@ __all__ = [
     "init",
     "kebab_case",
     "list_agents",
+    "log_context",
+    "logs",
+    "metrics",
     "open_store",
     "parse_chunk",
     "provision",

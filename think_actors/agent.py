@@ -11,6 +11,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from . import metrics as _metrics
 from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
 from ._turn.engine import Engine
@@ -116,6 +117,8 @@ class Think:
             ``{"strategy": "debounce", "debounce_ms": 750}``, or ``"steer"`` (it joins the running turn).
         chat_stream_stall_timeout_s: The stream watchdog: a model stream silent for longer is stopped, its partial
             reply kept, and the turn resumed by the same bounded recovery as after a crash. None (default): off.
+        metrics: Whether this class's agents record metrics (``think_actors.metrics``; on by default, off for
+            every agent of a process with ``THINK_ACTORS_METRICS=0``).
     """
 
     model: str | ModelClient | None = None
@@ -130,6 +133,7 @@ class Think:
     chat_recovery: ChatRecoveryConfig = ChatRecoveryConfig()
     chat_stream_stall_timeout_s: float | None = None
     message_concurrency: str | dict[str, Any] = "queue"
+    metrics: bool = True
 
     def __init__(
         self,
@@ -160,6 +164,8 @@ class Think:
         elif self.store_url is not None:
             self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
+        if _metrics.enabled(type(self)):
+            self._engine.observers.subscribe("agents:chat", _metrics.MetricsRecorder())
 
     # ------------------------------------------------------------------ lifecycle hooks
 
@@ -583,9 +589,10 @@ class Think:
         """Subscribe ``callback(event)`` to an observability channel (``"agents:chat"``, ``"agents:message"``,
         ``"agents:transcript"``, or ``"chat"`` for short); returns a function that unsubscribes.
 
-        Events: ``chat:turn:start`` / ``chat:turn:finish``, ``chat:request:failed`` (stage, messagesPersisted,
-        error), ``chat:context:compacted``, ``chat:transcript:repaired``, ``message:error``. Callbacks run in the
-        agent's event loop; an async callback is scheduled as a task; one that raises is logged.
+        Events: ``chat:turn:start`` / ``chat:turn:finish`` (status, durationMs, steps, usage, costUsd, toolCalls,
+        firstChunkMs), ``chat:request:failed`` (stage, messagesPersisted, error), ``chat:context:compacted``,
+        ``chat:transcript:repaired``, ``message:error``. Callbacks run in the agent's event loop; an async callback
+        is scheduled as a task; one that raises is logged.
         """
         return self._engine.observers.subscribe(channel, callback)
 

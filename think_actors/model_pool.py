@@ -26,8 +26,10 @@ class ModelServer:
     """Serves litellm model calls for the agents of one node (they never import litellm themselves)."""
 
     def __init__(self, config: RuntimeConfig):
+        from .logs import configure_logging
         from .models.litellm import LiteLLMClient
 
+        configure_logging(config.log_level)
         self.config = config
         self.client = LiteLLMClient()
 

@@ -33,6 +33,7 @@ from .errors import (
     ConfigurationError,
 )
 from .hooks import TurnResult
+from .logs import configure_logging, set_process_agent
 from .messages import UIMessage
 from .models import set_model_resolver
 from .observability import Event
@@ -90,7 +91,7 @@ def _process_setup(config: RuntimeConfig) -> None:
     global _config
     _config = config
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    logging.getLogger("think_actors").setLevel(config.log_level)
+    configure_logging(config.log_level)  # the level, and LOG_FORMAT (agent path, request id) unless configured
     from .model_pool import PoolResolver
 
     set_model_resolver(PoolResolver(config))
@@ -772,6 +773,7 @@ class AgentHost:
 
     def __init__(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any], config: RuntimeConfig):
         _process_setup(config)
+        set_process_agent(path)  # this process hosts one agent: its records name it outside turns too
         self.config = config
         self.agent = agent_class(name, path=path, **options)
         self.agent._engine.runtime = _ActorRuntime(self.agent, config)

@@ -24,7 +24,10 @@ import think_actors as ta
 @pytest.fixture(scope="session")
 def ray_runtime() -> Iterator[object]:
     data_dir = tempfile.mkdtemp(prefix="think-actors-ray-")
-    config = ta.init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
+    # Workers report metrics every second, not every ten: the metrics test reads them back without a long wait.
+    config = ta.init(
+        num_cpus=2, data_dir=data_dir, model_pool_size=1, _system_config={"metrics_report_interval_ms": 1000}
+    )
     try:
         yield config
     finally:

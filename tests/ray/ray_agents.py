@@ -9,6 +9,7 @@ its own process, so a class-level ScriptedModel starts from its first step in ev
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -509,3 +510,44 @@ class SleepyLead(ta.Think):
     model = ScriptedModel([tool_call("ask_helper", {"input": "hi"}), text("lead done")])
     idle_timeout_s = 0.5
     tools = (ta.agent_tool(SlowHelper, name="ask_helper", description="Ask the slow helper."),)
+
+
+# ------------------------------------------------------------------ metrics and logs
+
+
+class MeteredAgent(ta.Think):
+    """Only the metrics test spawns it: the ``agent_class="MeteredAgent"`` series on the node are all its own."""
+
+    @ta.tool
+    async def lookup(self, city: str) -> str:
+        """Weather for a city."""
+        return f"sunny in {city}"
+
+
+class LoggingAgent(ta.Think):
+    """Its tool reports how this actor process logs: the log context, the handler's format, a logged line."""
+
+    @ta.tool
+    async def where(self) -> dict[str, Any]:
+        """Where this call runs."""
+        lines: list[str] = []
+
+        class Capture(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                lines.append(self.format(record))
+
+        capture = Capture()
+        capture.setFormatter(logging.Formatter("[%(name)s agent=%(agent)s request=%(request_id)s] %(message)s"))
+        logger = logging.getLogger("think_actors.tests")
+        logger.addHandler(capture)
+        try:
+            logger.warning("inside the tool")
+        finally:
+            logger.removeHandler(capture)
+        context = ta.log_context()
+        return {
+            "agent": context.agent,
+            "request_id": context.request_id,
+            "formats": [getattr(h.formatter, "_fmt", None) for h in logging.getLogger("think_actors").handlers],
+            "lines": lines,
+        }

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .. import logs
 from ..chunks import AbortChunk, DataChunk, ErrorChunk, MessageAccumulator, StartChunk
 from ..errors import (
     ConfigurationError,
@@ -42,7 +43,7 @@ from .engine import Engine
 from .journal import TurnJournal
 from .loop import run_steps
 from .overflow import compact
-from .run import TurnRun
+from .run import TurnRun, TurnStats
 
 log = logging.getLogger("think_actors")
 
@@ -78,6 +79,7 @@ class TurnSpec:
     on_finished: Callable[[TurnOutcome], Awaitable[None]] | None = None  # inside the slot, before the record goes
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
+    stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish
 
 
 class _Aborted(Exception):
@@ -234,6 +236,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             if cfg.chat_stream_stall_timeout_s is not None
             else agent.chat_stream_stall_timeout_s
         ),
+        stats=spec.stats,
     )
 
 
@@ -259,6 +262,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
     outcome = spec.outcome
     started = time.monotonic()
     admitted = False
+    log_context = logs.bind(engine.path, spec.request_id)  # every record logged during the turn names it
     try:
         try:
             async with engine.queue.slot(engine, spec.request_id):
@@ -303,8 +307,10 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                     "status": outcome.status,
                     "durationMs": round((time.monotonic() - started) * 1000, 3),
                     **({"error": outcome.error} if outcome.error else {}),
+                    **spec.stats.payload(started),
                 },
             )
+        logs.restore(log_context)
 
 
 async def _compact_between_turns(engine: Engine, request_id: str) -> None:

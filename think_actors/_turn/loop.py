@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -193,6 +194,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     signal.leave_wait()
                 if not started:
                     started = True
+                    if run.stats.first_chunk_at is None:  # once per step, not per chunk: time to first chunk
+                        run.stats.first_chunk_at = time.monotonic()
                     yield StartStepChunk()
                 if isinstance(event, TextDelta):
                     if text_id is None:
@@ -329,6 +332,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         run.usage = run.usage + usage
         if cost is not None:
             run.cost_usd = (run.cost_usd or 0.0) + cost
+        run.stats.add_step(usage, cost)
         await agent.on_step_finish(result)
         yield FinishStepChunk()
         # A call the caller must answer (a client tool) ends the loop with that call waiting.

@@ -1,4 +1,4 @@
-"""TurnRun: everything one turn needs after ``before_turn`` has had its say."""
+"""TurnRun: everything one turn needs after ``before_turn`` has had its say; TurnStats: what the turn did."""
 
 from __future__ import annotations
 
@@ -10,6 +10,47 @@ from ..hooks import ContextOverflowConfig, StepResult, StopCondition
 from ..models import ModelClient, Usage
 from ..tools import Tool
 from .abort import AbortSignal
+
+
+@dataclass(slots=True)
+class TurnStats:
+    """What one turn did across all its attempts (each attempt is a TurnRun), for ``chat:turn:finish``.
+
+    Updated once per step and once per tool call, never per chunk: metrics read it from the event.
+    """
+
+    steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    first_chunk_at: float | None = None  # time.monotonic() of the model's first stream event in this turn
+    tool_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # tool name -> outcome -> count
+
+    def add_step(self, usage: Usage, cost_usd: float | None) -> None:
+        self.steps += 1
+        self.input_tokens += usage.input_tokens or 0
+        self.output_tokens += usage.output_tokens or 0
+        if cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost_usd
+
+    def add_tool_call(self, tool_name: str, outcome: str) -> None:
+        """Count one call by outcome: ``ok``, ``error`` (the tool raised, or its input was invalid), ``blocked``."""
+        by_outcome = self.tool_calls.setdefault(tool_name, {})
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + 1
+
+    def payload(self, started: float) -> dict[str, Any]:
+        """The turn's facts for ``chat:turn:finish``; ``started`` is the monotonic time the turn began."""
+        facts: dict[str, Any] = {
+            "steps": self.steps,
+            "usage": {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens},
+        }
+        if self.cost_usd is not None:
+            facts["costUsd"] = self.cost_usd
+        if self.first_chunk_at is not None:
+            facts["firstChunkMs"] = round((self.first_chunk_at - started) * 1000, 3)
+        if self.tool_calls:
+            facts["toolCalls"] = {name: dict(counts) for name, counts in self.tool_calls.items()}
+        return facts
 
 
 @dataclass(slots=True)
@@ -47,6 +88,7 @@ class TurnRun:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
+    stats: TurnStats = field(default_factory=TurnStats)  # shared by the turn's attempts
 
     @property
     def agent(self) -> Any:

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from .run import TurnRun
 
 
+UNKNOWN_TOOL = "<unknown>"  # the tool label of a call naming no tool of the turn (the model may invent any name)
+
+
 class _Replayed(Exception):
     """A replayed call whose recorded outcome was an error."""
 
@@ -103,6 +106,8 @@ async def parse_calls(run: TurnRun, raw_calls: list[tuple[str, str, str]]) -> li
                 else:
                     call.input = repaired
                 _check(call, run.tools)  # a repair is re-validated like the original
+        if call.error is not None:  # the model sees an input error: a failed call (unknown names share one label)
+            run.stats.add_tool_call(call.tool_name if call.tool_name in run.tools else UNKNOWN_TOOL, "error")
         calls.append(call)
     return calls
 
@@ -141,6 +146,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
     output: Any = None
     error: str | None = None
     effect: str | None = None
+    decision: Any = None
     ctx = ToolCallContext(
         request_id=run.request_id,
         tool_call_id=call.tool_call_id,
@@ -192,6 +198,8 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
     if effect is not None:  # durable before the result is reported to anyone
         await run.engine.store.finish_effect(effect, output=output if error is None else None, error=error)
     duration_ms = (time.perf_counter() - started) * 1000
+    outcome = "error" if error is not None else "blocked" if isinstance(decision, Block) else "ok"
+    run.stats.add_tool_call(call.tool_name, outcome)
     if error is None:
         emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output))
     else:

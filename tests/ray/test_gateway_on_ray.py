@@ -46,7 +46,7 @@ async def test_a_websocket_chat_reaches_the_agent_actor(ray_runtime: Any, unique
 async def test_think_actors_serve_runs_one_gateway_actor_per_machine(ray_runtime: Any, unique: str) -> None:
     import aiohttp
 
-    from think_actors.runtime import start_gateways
+    from think_actors.gateway.ray_server import start_gateways
 
     gateways = await start_gateways("ray_agents", host="127.0.0.1", port=0, options={"token": "t0k"})
     try:

@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import asyncio
 
-    from ..runtime import init, start_gateways
+    from ..runtime import init
+    from .ray_server import start_gateways
 
     init(args.address)
 

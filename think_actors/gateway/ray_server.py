@@ -1,0 +1,61 @@
+"""The gateway on Ray: one ``GatewayServer`` actor per machine of the cluster (``think-actors serve``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from ..runtime import RuntimeConfig, _call, _process_setup, _require_config
+
+__all__ = ["GatewayServer", "start_gateways"]
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
+class GatewayServer:
+    """The WebSocket gateway in an actor of its own on one node (``think-actors serve`` starts one per node)."""
+
+    def __init__(self, config: RuntimeConfig, app_module: str, options: dict[str, Any]):
+        _process_setup(config)
+        self.app_module = app_module
+        self.gateway_options = options
+        self.runner: Any = None
+
+    async def start(self, host: str, port: int) -> str:
+        from aiohttp import web
+
+        from .app import Gateway, RayDirectory
+        from .cli import agent_classes
+
+        gateway = Gateway(RayDirectory(agent_classes(self.app_module)), **self.gateway_options)
+        self.runner = web.AppRunner(gateway.app())
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host, port)
+        await site.start()
+        bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+        return f"http://{bound[0]}:{bound[1]}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+async def start_gateways(app_module: str, *, host: str, port: int, options: dict[str, Any]) -> list[tuple[Any, str]]:
+    """One gateway actor per node address of the cluster; returns the actors and the URLs they serve."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    config = _require_config()
+    started: list[tuple[Any, str]] = []
+    addresses: set[str] = set()
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        address = node.get("NodeManagerAddress")
+        if not node.get("Alive") or address in addresses:
+            continue  # several simulated nodes on one machine share its port: one gateway per machine
+        addresses.add(address)
+        actor = GatewayServer.options(  # type: ignore[attr-defined]
+            namespace=config.namespace,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+        ).remote(config, app_module, options)
+        started.append((actor, await _call(actor.start.remote(host, port))))
+    return started

@@ -204,7 +204,9 @@ async def test_an_agent_whose_store_was_taken_over_mid_turn_stops_and_the_new_on
     new = Slow(
         "one", model=ScriptedModel([text("recovered answer"), text("second")]), store=open_agent_store("slow/one")
     )
-    assert [m.text for m in await new.load_messages()] == ["question"]
+    # Its recovery of the interrupted turn starts with it, and may already have answered; the old writer's partial
+    # reply is never there.
+    assert [m.text for m in await new.load_messages()] in (["question"], ["question", "recovered answer"])
     with pytest.raises(StoreFencedError):
         await turn_task
     # The new owner found the interrupted turn and recovered it; the old writer's partial reply never landed.

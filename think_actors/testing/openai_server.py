@@ -66,6 +66,7 @@ class _ErrorReply:
 
     status: int
     body: Any
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +75,14 @@ class _BrokenStream:
 
     ``ending`` says how: ``cut`` drops the connection without ``[DONE]``, ``error`` sends ``event`` (e.g.
     ``{"error": {...}}``) as the last data line and ends, ``stall`` stops sending until the server stops (so the
-    client's read timeout fires). ``headers=False`` (stall only) stalls before even the response headers, so the
-    timeout fires at the call.
+    client's read timeout fires), ``eof`` ends the HTTP body cleanly with neither a finish reason nor ``[DONE]``,
+    ``done`` sends ``[DONE]`` without a finish reason. ``headers=False`` (stall only) stalls before even the
+    response headers, so the timeout fires at the call.
     """
 
     text: str
     chunk_size: int
-    ending: Literal["cut", "error", "stall"]
+    ending: Literal["cut", "error", "stall", "eof", "done"]
     event: Any = None
     headers: bool = True
 
@@ -182,12 +184,13 @@ class ScriptedOpenAIServer:
         message: str | None = None,
         code: str | None = None,
         error_type: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Queue an HTTP error answer, e.g. 400 ``context_length_exceeded``, 429 or 500.
 
         Give either ``body``, sent as is (a ``str`` as ``text/plain``, anything else as JSON, e.g. another
         provider's real error body), or ``message`` (with ``code`` and ``error_type``) for an OpenAI-shaped
-        ``{"error": {...}}`` body.
+        ``{"error": {...}}`` body. ``headers`` are added to the answer, e.g. ``{"Retry-After": "2"}`` on a 429.
 
         Raises:
             TypeError: both ``body`` and ``message`` were given, or neither.
@@ -199,11 +202,17 @@ class ScriptedOpenAIServer:
             body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
         elif code is not None or error_type is not None:
             raise TypeError("add_error: code and error_type go with message, not with a body sent as is")
-        self._script.append(_ErrorReply(status, body))
+        self._script.append(_ErrorReply(status, body, tuple((headers or {}).items())))
 
-    def add_cut_stream(self, text: str, *, chunk_size: int = 4) -> None:
-        """Queue a stream that sends ``text`` in chunks, then drops the connection without ``[DONE]``."""
-        self._script.append(_BrokenStream(text, chunk_size, "cut"))
+    def add_cut_stream(
+        self, text: str, *, chunk_size: int = 4, close: Literal["abort", "eof", "done"] = "abort"
+    ) -> None:
+        """Queue a stream that sends ``text`` in chunks and never sends a finish reason.
+
+        ``close`` says how it ends: ``abort`` drops the connection mid-body (as when a proxy dies), ``eof`` ends
+        the HTTP body cleanly without ``[DONE]``, ``done`` sends ``[DONE]`` as if the answer were complete.
+        """
+        self._script.append(_BrokenStream(text, chunk_size, "cut" if close == "abort" else close))
 
     def add_stream_error(
         self,
@@ -305,7 +314,7 @@ class ScriptedOpenAIServer:
             return _error_response(500, {"error": error})
         entry = self._script.popleft()
         if isinstance(entry, _ErrorReply):
-            return _error_response(entry.status, entry.body)
+            return _error_response(entry.status, entry.body, dict(entry.headers))
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             return await self._stream(request, entry, include_usage)
@@ -360,6 +369,10 @@ class ScriptedOpenAIServer:
         elif entry.ending == "error":
             await response.write(f"data: {json.dumps(entry.event)}\n\n".encode())
             await response.write_eof()
+        elif entry.ending in ("eof", "done"):
+            if entry.ending == "done":
+                await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
         else:
             await self._stopping.wait()
 
@@ -369,6 +382,8 @@ class ScriptedOpenAIServer:
                 return _error_response(500, entry.event)
             if entry.ending == "stall":
                 await self._stopping.wait()
+            elif entry.ending in ("eof", "done"):
+                return web.json_response({"id": "chatcmpl-incomplete", "object": "chat.completion", "choices": []})
             elif request.transport is not None:
                 request.transport.abort()
             return web.Response(status=503)  # never read: the client is gone
@@ -445,7 +460,7 @@ def _images(entry: _Reply) -> list[dict[str, Any]]:
     return [{"type": "image_url", "image_url": {"url": url}, "index": i} for i, url in enumerate(entry.images)]
 
 
-def _error_response(status: int, body: Any) -> web.Response:
+def _error_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     if isinstance(body, str):
-        return web.Response(status=status, text=body, content_type="text/plain")
-    return web.json_response(body, status=status)
+        return web.Response(status=status, text=body, content_type="text/plain", headers=headers)
+    return web.json_response(body, status=status, headers=headers)

@@ -239,6 +239,7 @@ async def test_context_overflow_raises_before_any_event(server: ScriptedOpenAISe
             }
         },
         "in_stream": False,
+        "retry_after_s": None,
     }
     assert "maximum context length is 8192 tokens" in error.message
     assert_no_litellm_attached(error)
@@ -265,6 +266,7 @@ async def test_rate_limit_is_retryable(server: ScriptedOpenAIServer, client: Lit
             }
         },
         "in_stream": False,
+        "retry_after_s": None,
     }
     assert "Rate limit reached for requests" in error.message
     assert_no_litellm_attached(error)
@@ -290,6 +292,7 @@ async def test_other_statuses_are_provider_errors(
             "error": {"message": f"scripted failure {status}", "type": error_type, "param": None, "code": None}
         },
         "in_stream": False,
+        "retry_after_s": None,
     }
     assert f"scripted failure {status}" in error.message
     assert_pickles(error)
@@ -320,6 +323,7 @@ async def test_cut_stream_raises_after_the_partial_text(server: ScriptedOpenAISe
         "status_code": None,
         "response_body": None,
         "in_stream": False,
+        "retry_after_s": None,
     }
     assert error.message.startswith("stream cut before it finished")
     assert_no_litellm_attached(error)
@@ -349,6 +353,7 @@ async def test_error_event_mid_stream_raises_after_earlier_events(
             }
         },
         "in_stream": True,
+        "retry_after_s": None,
     }
     assert "The server had an error while processing your request." in error.message
     assert_no_litellm_attached(error)
@@ -676,6 +681,7 @@ async def test_text_error_body_is_kept_as_text(server: ScriptedOpenAIServer, cli
         "status_code": 413,
         "response_body": "Request Entity Too Large",
         "in_stream": False,
+        "retry_after_s": None,
     }
     assert type(bad_gateway) is ProviderError
     assert (bad_gateway.status_code, bad_gateway.retryable) == (502, True)
@@ -711,6 +717,7 @@ async def test_anthropic_shaped_error_event_mid_stream(server: ScriptedOpenAISer
         "status_code": None,
         "response_body": {"error": {"type": "overloaded_error", "message": "Overloaded"}},
         "in_stream": True,
+        "retry_after_s": None,
     }
     assert_no_litellm_attached(error)
     assert_pickles(error)

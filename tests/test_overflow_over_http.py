@@ -1,7 +1,8 @@
 """Overflow recovery end to end over real HTTP: the scripted OpenAI-compatible server answers with real error
-bodies of many providers (from tests/data/context_overflow_corpus.json, each with its source), litellm parses
-them, the project error reaches ``ta.default_context_overflow_classifier``, and the turn recovers — or, for the
-corpus's negatives (rate limits, quota, auth, ...), fails without any compaction."""
+bodies of many providers (from tests/data/context_overflow_corpus.json, each with its source), the model client
+parses them (litellm, and the OpenAI-wire fast path: every test runs with both), the project error reaches
+``ta.default_context_overflow_classifier``, and the turn recovers — or, for the corpus's negatives (rate limits,
+quota, auth, ...), fails without any compaction."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import think_actors as ta
 from think_actors.compaction import CompactionResult
 from think_actors.models.litellm import LiteLLMClient
+from think_actors.models.openai_wire import OpenAIWireClient
 from think_actors.testing import ScriptedOpenAIServer
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "context_overflow_corpus.json").read_text())["cases"]
@@ -29,8 +31,17 @@ STATUS_CASES = [c for c in CORPUS if replayable(c)]
 STREAM_CASES = [c for c in CORPUS if c["form"] == "text" and c["expected"] and isinstance(c["text"], str)]
 
 
-class ServerModel(LiteLLMClient):
+class LiteLLMServerModel(LiteLLMClient):
     model_id = "openai/scripted"
+
+
+class FastPathServerModel(OpenAIWireClient):
+    model_id = "openai/scripted"
+
+
+@pytest.fixture(params=[LiteLLMServerModel, FastPathServerModel], ids=["litellm", "fast_path"])
+def server_model(request: pytest.FixtureRequest) -> type[Any]:
+    return request.param  # type: ignore[no-any-return]
 
 
 class Recovering(ta.Think):
@@ -63,8 +74,8 @@ async def server() -> AsyncIterator[ScriptedOpenAIServer]:
         yield s
 
 
-async def agent_with_history(server: ScriptedOpenAIServer) -> Recovering:
-    agent = Recovering(model=ServerModel(api_base=server.base_url, api_key="test"), store=ta.MemoryStore())
+async def agent_with_history(server: ScriptedOpenAIServer, server_model: type[Any]) -> Recovering:
+    agent = Recovering(model=server_model(api_base=server.base_url, api_key="test"), store=ta.MemoryStore())
     for i in range(2):
         server.add_text(f"answer {i}")
         await agent.save_messages(f"question {i}")
@@ -73,9 +84,9 @@ async def agent_with_history(server: ScriptedOpenAIServer) -> Recovering:
 
 @pytest.mark.parametrize("case", STATUS_CASES, ids=[c["id"] for c in STATUS_CASES])
 async def test_a_provider_error_body_over_http_recovers_or_fails_as_it_should(
-    server: ScriptedOpenAIServer, case: dict[str, Any]
+    server: ScriptedOpenAIServer, server_model: type[Any], case: dict[str, Any]
 ) -> None:
-    agent = await agent_with_history(server)
+    agent = await agent_with_history(server, server_model)
     server.add_error(case["status"], case["body"])
     if case["expected"]:
         server.add_text("answer after compaction")
@@ -100,9 +111,9 @@ async def test_a_provider_error_body_over_http_recovers_or_fails_as_it_should(
 
 @pytest.mark.parametrize("case", STREAM_CASES, ids=[c["id"] for c in STREAM_CASES])
 async def test_an_overflow_error_event_inside_the_stream_recovers(
-    server: ScriptedOpenAIServer, case: dict[str, Any]
+    server: ScriptedOpenAIServer, server_model: type[Any], case: dict[str, Any]
 ) -> None:
-    agent = await agent_with_history(server)
+    agent = await agent_with_history(server, server_model)
     server.add_stream_error("partial answ", {"error": {"message": case["text"], "type": "invalid_request_error"}})
     server.add_text("answer after compaction")
 
@@ -118,7 +129,7 @@ async def test_an_overflow_error_event_inside_the_stream_recovers(
 
 
 async def test_the_shipped_compaction_summarises_with_the_agents_model_over_http(
-    server: ScriptedOpenAIServer,
+    server: ScriptedOpenAIServer, server_model: type[Any]
 ) -> None:
     class Shipped(ta.Think):
         context_overflow = ta.ContextOverflowConfig()
@@ -127,7 +138,7 @@ async def test_the_shipped_compaction_summarises_with_the_agents_model_over_http
         async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig:
             return ta.TurnConfig(max_retries=0)
 
-    agent = Shipped(model=ServerModel(api_base=server.base_url, api_key="test"), store=ta.MemoryStore())
+    agent = Shipped(model=server_model(api_base=server.base_url, api_key="test"), store=ta.MemoryStore())
     for i in range(4):  # long answers: past the shipped compaction's 20,000-token tail budget
         server.add_text(f"answer {i} " + " ".join(f"word{j}" for j in range(8_000)), chunk_size=4096)
         await agent.save_messages(f"question {i}")

@@ -83,7 +83,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "NoMessagesError": {"request_id": "r", "stage": "turn", "messages_persisted": True},
     "ModelError": {"request_id": "r", "provider": "openai", "status_code": 500, "retryable": True},
     "ContextOverflowError": {"request_id": "r", "provider": "openai", "status_code": 400, "retryable": False},
-    "RateLimitError": {"provider": "anthropic", "status_code": 429, "retryable": True},
+    "RateLimitError": {"provider": "anthropic", "status_code": 429, "retryable": True, "retry_after_s": 2.5},
     "ModelTimeoutError": {"provider": "openai", "retryable": True},
     "ModelConnectionError": {"provider": "openai", "retryable": True},
     "StreamStalledError": {"request_id": "r", "retryable": True},
@@ -133,6 +133,7 @@ def test_context_overflow_error_round_trip_keeps_every_fact() -> None:
         "status_code": 400,
         "response_body": None,
         "in_stream": None,
+        "retry_after_s": None,
     }
     assert (clone.message, clone.request_id, clone.provider, clone.status_code, clone.retryable) == (
         "x",

@@ -1,5 +1,5 @@
-"""Step records and turn totals through litellm over real HTTP: the response's id and model, usage, and the
-cost from litellm's price table (None for an unpriced model)."""
+"""Step records and turn totals over real HTTP, through litellm and through the OpenAI-wire fast path: the
+response's id and model, usage, and the cost from litellm's price table (None for an unpriced model)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,18 @@ import pytest
 
 import think_actors as ta
 from think_actors.models.litellm import LiteLLMClient
+from think_actors.models.openai_wire import OpenAIWireClient
 from think_actors.testing import ScriptedOpenAIServer
 
 
-def client_for(server: ScriptedOpenAIServer, model_id: str) -> Any:
-    client = LiteLLMClient(api_base=server.base_url, api_key="test")
-    client.model_id = model_id  # type: ignore[attr-defined]  # the id resolve_model sends
-    return client
+@pytest.fixture(params=[LiteLLMClient, OpenAIWireClient], ids=["litellm", "fast_path"])
+def client_for(request: pytest.FixtureRequest) -> Any:
+    def make(server: ScriptedOpenAIServer, model_id: str) -> Any:
+        client = request.param(api_base=server.base_url, api_key="test")
+        client.model_id = model_id  # the id resolve_model sends
+        return client
+
+    return make
 
 
 class Recorder(ta.Think):
@@ -34,7 +39,9 @@ async def server() -> AsyncIterator[ScriptedOpenAIServer]:
         yield s
 
 
-async def test_a_priced_model_reports_cost_and_the_providers_response_metadata(server: ScriptedOpenAIServer) -> None:
+async def test_a_priced_model_reports_cost_and_the_providers_response_metadata(
+    server: ScriptedOpenAIServer, client_for: Any
+) -> None:
     from think_actors.models.litellm import litellm
 
     usage = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
@@ -52,7 +59,7 @@ async def test_a_priced_model_reports_cost_and_the_providers_response_metadata(s
     assert (result.usage, result.cost_usd) == (step.usage, step.cost_usd)
 
 
-async def test_an_unpriced_model_has_no_cost(server: ScriptedOpenAIServer) -> None:
+async def test_an_unpriced_model_has_no_cost(server: ScriptedOpenAIServer, client_for: Any) -> None:
     server.add_text("hello", usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
     agent = Recorder(model=client_for(server, "openai/not-a-priced-model"), store=ta.MemoryStore())
     result = await agent.save_messages("hi")

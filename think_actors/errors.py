@@ -9,7 +9,8 @@ never a provider SDK type::
     ├── TurnError                   a turn could not start or run; stage, messages_persisted
     │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
     │   └── NoMessagesError         nothing to send to the model
-    ├── ModelError                  the model provider failed; provider, status_code, response_body, in_stream
+    ├── ModelError                  the model provider failed; provider, status_code, response_body, in_stream,
+    │   │                           retry_after_s
     │   ├── ContextOverflowError    the prompt does not fit the model's context window
     │   ├── RateLimitError          429 / quota
     │   ├── ModelTimeoutError       the provider did not answer in time
@@ -122,14 +123,16 @@ class ModelError(ThinkError):
 
     ``status_code`` is the HTTP status when there was one; ``response_body`` the provider's error body (the
     parsed JSON object, else its text); ``in_stream`` is True when the provider reported the error as an event
-    inside an already started stream rather than as the answer to the request.
+    inside an already started stream rather than as the answer to the request; ``retry_after_s`` is the wait the
+    provider asked for (its ``Retry-After`` header, in seconds), None when it named none.
     """
 
-    _fields = (*ThinkError._fields, "provider", "status_code", "response_body", "in_stream")
+    _fields = (*ThinkError._fields, "provider", "status_code", "response_body", "in_stream", "retry_after_s")
     provider: str | None
     status_code: int | None
     response_body: Any
     in_stream: bool | None
+    retry_after_s: float | None
 
 
 class ContextOverflowError(ModelError):

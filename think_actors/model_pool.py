@@ -23,15 +23,19 @@ __all__ = ["ModelServer", "PoolResolver", "PooledModel"]
 
 @ray.remote(num_cpus=0, max_concurrency=100)  # type: ignore[call-overload]
 class ModelServer:
-    """Serves litellm model calls for the agents of one node (they never import litellm themselves)."""
+    """Serves model calls for the agents of one node (they never import litellm themselves).
+
+    OpenAI-wire providers stream through the fast path unless ``RuntimeConfig.fast_model_path`` is off; every other
+    provider through litellm (``AutoModelClient``).
+    """
 
     def __init__(self, config: RuntimeConfig):
         from .logs import configure_logging
-        from .models.litellm import LiteLLMClient
+        from .models.auto import AutoModelClient
 
         configure_logging(config.log_level)
         self.config = config
-        self.client = LiteLLMClient()
+        self.client = AutoModelClient(fast_path=config.fast_model_path)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[list[Any]]:
         async for batch in _batches(self.client.stream(request).__aiter__(), self.config):

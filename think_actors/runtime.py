@@ -70,6 +70,7 @@ class RuntimeConfig:
     flush_s: float = 0.003
     log_level: int = logging.WARNING
     idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
+    fast_model_path: bool = True
 
 
 _config: RuntimeConfig | None = None
@@ -108,6 +109,7 @@ def init(
     max_restarts: int = 3,
     idle_timeout_s: float | None = None,
     quiet: bool = True,
+    fast_model_path: bool | None = None,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -118,7 +120,10 @@ def init(
     wins. None (the default) keeps agents resident.
     ``store`` is a store URL for every agent (default ``$THINK_STORE``): ``postgresql://user@host/db`` when agents
     run on more than one node, or ``sqlite:///dir``; it travels to every actor. A URL of another scheme raises
-    ``ConfigurationError`` before Ray starts. Calling it again returns the same config.
+    ``ConfigurationError`` before Ray starts.
+    ``fast_model_path`` lets the model-server pool stream OpenAI-wire providers through ``OpenAIWireClient``
+    (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
+    Calling it again returns the same config.
     """
     global _config
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -156,8 +161,16 @@ def init(
         max_restarts=max_restarts,
         log_level=logging.WARNING if quiet else logging.INFO,
         idle_timeout_s=idle_timeout_s,
+        # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
+        fast_model_path=_fast_path_setting(fast_model_path),
     )
     return _config
+
+
+def _fast_path_setting(setting: bool | None) -> bool:
+    from .models.fast_path import fast_path_enabled  # no litellm: the driver never loads it
+
+    return fast_path_enabled(setting)
 
 
 def is_initialized() -> bool:

@@ -86,6 +86,7 @@ async def test_error_bodies_cross_the_pool(pooled: PooledModel) -> None:
         "status_code": None,
         "response_body": {"error": {"message": "Overloaded", "type": "overloaded_error"}},
         "in_stream": True,
+        "retry_after_s": None,
     }
 
 
@@ -101,3 +102,26 @@ async def test_model_info_and_token_counts_come_from_the_pool(pooled: PooledMode
     assert await model_info(pooled, "openai/gpt-4o-mini") == info
     assert await pooled.count_tokens("openai/gpt-4o-mini", HELLO) == 9
     assert await count_tokens(pooled, "openai/gpt-4o-mini", HELLO) == 9
+
+
+@pytest.mark.timeout(90)
+async def test_the_pool_streams_openai_wire_models_over_the_fast_path(pooled: _PooledModel) -> None:
+    async with ScriptedOpenAIServer() as server:
+        server.add_text("fast", usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})
+        server.add_text("slow", usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})
+        litellm_only = ModelRequest(
+            model="openai/scripted",
+            messages=HELLO,
+            max_retries=0,
+            # An option only litellm's route applies (its callbacks read metadata) keeps the request on litellm.
+            provider_options={"api_base": server.base_url, "api_key": "x", "metadata": {"trace": "t-1"}},
+        )
+
+        fast = [event async for event in pooled.stream(request(server, "openai/scripted"))]
+        slow = [event async for event in pooled.stream(litellm_only)]
+
+    assert [e for e in fast if isinstance(e, TextDelta)] == [TextDelta("fast")]
+    assert [e for e in slow if isinstance(e, TextDelta)] == [TextDelta("slow")]
+    # Who sent each request: aiohttp for the fast path, the openai SDK inside litellm otherwise.
+    agents = [headers["user-agent"] for headers in server.request_headers]
+    assert "aiohttp" in agents[0] and agents[1].startswith("AsyncOpenAI/Python")

@@ -2,7 +2,11 @@
 
 Events are small slotted dataclasses of plain data (they pickle cheaply, so a model-client actor can send
 them in batches). A client raises a ``ModelError`` subclass for provider failures, before or during the stream.
-Only ``models/litellm.py`` imports litellm.
+Only the ``models/litellm`` package imports litellm.
+
+String model ids are served by ``AutoModelClient`` (``models/auto.py``): providers that speak OpenAI's
+chat-completions wire stream through ``OpenAIWireClient`` (``models/openai_wire.py``, the fast path), every other
+provider through ``LiteLLMClient``; ``THINK_FAST_MODEL_PATH=0`` sends everything through litellm.
 
 Besides ``stream``, a client may offer two optional capabilities, reached through the module-level ``model_info``
 and ``count_tokens`` (which answer None for a client without them):
@@ -197,10 +201,17 @@ async def count_tokens(client: ModelClient, model: str, messages: list[dict[str,
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
-def _default_resolver(model_id: str) -> ModelClient:
-    from .litellm import LiteLLMClient  # imported lazily: litellm costs ~3 s and ~200 MiB
+_default_client: ModelClient | None = None
 
-    return LiteLLMClient()
+
+def _default_resolver(model_id: str) -> ModelClient:
+    # One client for the process, so the fast path's connections are reused from request to request.
+    global _default_client
+    if _default_client is None:
+        from .auto import AutoModelClient  # imported lazily: litellm costs ~3 s and ~200 MiB
+
+        _default_client = AutoModelClient()
+    return _default_client
 
 
 _resolver: Any = _default_resolver

@@ -1,4 +1,6 @@
-"""LiteLLMClient: the ModelClient for every provider litellm speaks, and the package's only importer of litellm.
+"""LiteLLMClient: the ModelClient for every provider litellm speaks; this package is the only importer of litellm.
+
+``wire.py`` beside it is litellm's side of the OpenAI-wire fast path (``models/openai_wire.py``).
 
 litellm objects never leave this module: chunks become plain ``ModelEvent`` dataclasses and exceptions become the
 project's ``ModelError`` subclasses, raised with no litellm exception attached. That matters because litellm's
@@ -21,14 +23,17 @@ What litellm 1.110.2's stream carries (measured with ``ScriptedOpenAIServer``) a
   ``FinishEvent.warnings`` stays empty.
 
 How it fails against an OpenAI-compatible server, and the error each failure becomes. Every error carries
-``status_code`` when there was an HTTP status and ``response_body``: the error response's body as sent, parsed
+``status_code`` when there was an HTTP status, ``response_body``: the error response's body as sent, parsed
 into a dict when it is a JSON object, else its text (litellm keeps it on ``exc.response``; the SDK's ``.body``
-holds only the ``error`` member):
+holds only the ``error`` member), and ``retry_after_s`` when the answer had a ``Retry-After`` header:
 
 - 400 ``context_length_exceeded`` (or a 400 whose text says so): ``ContextWindowExceededError`` at the call
   -> ``ContextOverflowError``.
 - 429: ``RateLimitError`` at the call -> ``RateLimitError``, retryable.
-- no answer within ``timeout_s``: ``Timeout``, at the call or while reading -> ``ModelTimeoutError``, retryable.
+- no answer within ``timeout_s``: ``Timeout``, at the call or while reading -> ``ModelTimeoutError``, retryable,
+  with no ``status_code`` (litellm labels it 408; a real 408 or 504 answer keeps its status).
+- no connection (refused, unreachable): litellm's ``InternalServerError`` with status 500 over the SDK's
+  ``APIConnectionError`` -> ``ModelConnectionError``, retryable, no ``status_code``.
 - stream cut without ``[DONE]``: ``MidStreamFallbackError`` wrapping ``APIConnectionError`` -> ``ModelConnectionError``,
   retryable.
 - ``{"error": ...}`` event mid-stream: also ``MidStreamFallbackError`` wrapping ``APIConnectionError``; the event
@@ -48,9 +53,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import mimetypes
 import os
-import re
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from typing import Any
@@ -64,7 +67,6 @@ from think_actors.errors import (
     RateLimitError,
 )
 from think_actors.models import (
-    FileEvent,
     FinishEvent,
     ModelEvent,
     ModelInfo,
@@ -76,6 +78,9 @@ from think_actors.models import (
     ToolCallDelta,
     Usage,
 )
+from think_actors.models.provider_data import CONTEXT_OVERFLOW, error_event_error, file_event, plain
+from think_actors.models.provider_data import get as _get
+from think_actors.models.retry_policy import retry_after_s
 
 # Without these, importing litellm fetches a model cost map from the internet and logs at INFO.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -92,12 +97,6 @@ for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
     logging.getLogger(_name).setLevel(logging.ERROR)
 
 __all__ = ["LiteLLMClient"]
-
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[ _-]?(length|window)|maximum context|prompt is too long|input is too long|too many tokens"
-    r"|exceeds? the (model's )?(maximum|context)",
-    re.IGNORECASE,
-)
 
 
 class LiteLLMClient:
@@ -135,7 +134,7 @@ class LiteLLMClient:
                 attached.
         """
         provider = _provider_of(request.model)
-        kwargs = self._call_kwargs(request)
+        kwargs = self.acompletion_kwargs(request)
         error: ModelError | None = None
         try:
             response: Any = await litellm.acompletion(**kwargs)
@@ -184,7 +183,8 @@ class LiteLLMClient:
             return None
         return _int(count)
 
-    def _call_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+    def acompletion_kwargs(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments ``stream`` passes to ``litellm.acompletion`` for ``request``."""
         kwargs: dict[str, Any] = {
             **self._defaults,
             "model": request.model,
@@ -243,7 +243,7 @@ class _StreamReader:
             if isinstance(fields, Mapping) and isinstance(fields.get("citation"), Mapping):
                 yield from self._source(_get(fields["citation"], "url"), _get(fields["citation"], "title"))
             for image in _list(getattr(delta, "images", None)):
-                file = _file_event(image)
+                file = file_event(image)
                 if file is not None:
                     yield file
         # Perplexity repeats its whole list on every chunk; search_results first, since only they carry titles.
@@ -270,7 +270,7 @@ class _StreamReader:
 
     def _add_provider_metadata(self, fields: Any) -> None:
         if isinstance(fields, Mapping) and fields:
-            self._provider_metadata.update(_plain(dict(fields)))
+            self._provider_metadata.update(plain(dict(fields)))
 
 
 def _response_metadata(chunk: Any) -> ResponseMetadata:
@@ -304,21 +304,6 @@ def _delta_events(delta: Any) -> Iterator[ModelEvent]:
                 name=str(name) if name else None,
                 arguments=str(arguments),
             )
-
-
-_DATA_URL_TYPE = re.compile(r"data:([\w.+-]+/[\w.+-]+)[;,]", re.IGNORECASE)
-
-
-def _file_event(image: Any) -> FileEvent | None:
-    # litellm's shape: {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}, "index": 0}.
-    image_url = _get(image, "image_url")
-    url = _str(_get(image_url, "url") if not isinstance(image_url, str) else image_url)
-    if url is None:
-        return None
-    match = _DATA_URL_TYPE.match(url)
-    media_type = match.group(1).lower() if match else mimetypes.guess_type(url)[0]
-    # The field holds images only, so a URL without a recognisable type is still some image.
-    return FileEvent(url, media_type if media_type and media_type.startswith("image/") else "image/*")
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -383,39 +368,8 @@ def _str(value: Any) -> str | None:
     return str(value) if isinstance(value, str) and value else None
 
 
-def _get(obj: Any, key: str) -> Any:
-    """``obj[key]`` for a mapping, else ``obj.key``: litellm hands over dicts or pydantic objects."""
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)
-
-
 def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list | tuple) else []
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON data of exact builtin types (no litellm or pydantic objects, which would not pickle)."""
-    if value is None or type(value) in (bool, str, int, float):
-        return value
-    if depth > 32:
-        return repr(value)
-    # Subclasses (str and int enums, litellm's own str types) become the builtin value they hold.
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, int):  # bool cannot be subclassed, so this is an int subclass
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v, depth + 1) for v in value]
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        with contextlib.suppress(Exception):
-            return _plain(dump(mode="json"), depth + 1)
-    return repr(value)
 
 
 async def _close(response: Any) -> None:
@@ -443,7 +397,8 @@ def _to_model_error(exc: Exception, provider: str | None, *, mid_stream: bool = 
         # survives only as the openai.APIError it chained, so look for that before calling it a cut connection.
         event = _error_event(exc)
         if event is not None:
-            return _error_event_to_model_error(event, provider)
+            # The SDK kept only the event's "error" member as the body; it is what the event is classified by.
+            return error_event_error(event.body, provider)
     if isinstance(exc, MidStreamFallbackError):
         # A wrapper litellm adds so its Router can fall back; what failed is the exception inside.
         original = exc.original_exception
@@ -454,23 +409,33 @@ def _to_model_error(exc: Exception, provider: str | None, *, mid_stream: bool = 
         )
     message = _message(exc)
     status = _status(exc)
+    error_response = _error_response(exc)
     facts: dict[str, Any] = {
         "provider": provider,
         "status_code": status,
         "response_body": _response_body(exc),
         "in_stream": False,
+        "retry_after_s": retry_after_s(error_response.headers) if error_response is not None else None,
     }
+    if error_response is None and _connection_failed(exc):
+        # litellm labels a refused or dropped connection 500 (even InternalServerError), but no HTTP status came
+        # back, so report none.
+        if mid_stream:
+            message = f"stream cut before it finished: {message}"
+        return ModelConnectionError(message, retryable=True, **{**facts, "status_code": None, "response_body": None})
     if isinstance(exc, ContextWindowExceededError) or (
-        isinstance(exc, openai.BadRequestError) and _CONTEXT_OVERFLOW.search(message)
+        isinstance(exc, openai.BadRequestError) and CONTEXT_OVERFLOW.search(message)
     ):
         return ContextOverflowError(message, **facts)
     if isinstance(exc, openai.RateLimitError):
         return RateLimitError(message, retryable=True, **facts)
     # Before APIConnectionError: the SDK's timeout error subclasses it.
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
+        if error_response is None:
+            # litellm labels its own timeouts 408, but no HTTP status was received (a real 408 or 504 keeps its).
+            facts["status_code"] = None
         return ModelTimeoutError(message, retryable=True, **facts)
     if isinstance(exc, openai.APIConnectionError | ConnectionError):
-        # litellm labels connection failures 500, but no HTTP status was received, so report none.
         if mid_stream:
             message = f"stream cut before it finished: {message}"
         return ModelConnectionError(message, retryable=True, **{**facts, "status_code": None, "response_body": None})
@@ -488,9 +453,8 @@ def _response_body(exc: BaseException) -> Any:
     """
     linked = list(_linked(exc))
     for current in linked:
-        response = getattr(current, "response", None)
-        # Only an error status: a connection failure may carry litellm's placeholder response or the 200 stream.
-        if isinstance(response, httpx.Response) and response.status_code >= 400:
+        response = _http_error_response(current)
+        if response is not None:
             try:
                 text = response.text
             except Exception:  # a streamed body that was never read
@@ -500,7 +464,30 @@ def _response_body(exc: BaseException) -> Any:
     for current in linked:
         body = getattr(current, "body", None)
         if body is not None:
-            return _parse_body(body) if isinstance(body, str) else _plain(body)
+            return _parse_body(body) if isinstance(body, str) else plain(body)
+    return None
+
+
+def _error_response(exc: BaseException) -> httpx.Response | None:
+    """The provider's HTTP error response behind ``exc``, if there was one."""
+    for current in _linked(exc):
+        response = _http_error_response(current)
+        if response is not None:
+            return response
+    return None
+
+
+def _http_error_response(exc: BaseException) -> httpx.Response | None:
+    # Only an error status, and only a response that came over the wire (which always has headers): a failure
+    # may carry the 200 stream, or a header-less placeholder litellm makes up (status 500 for a timeout).
+    response = getattr(exc, "response", None)
+    if (
+        isinstance(response, httpx.Response)
+        and isinstance(response.status_code, int)
+        and response.status_code >= 400
+        and response.headers
+    ):
+        return response
     return None
 
 
@@ -512,6 +499,13 @@ def _parse_body(text: str) -> Any:
     return parsed if isinstance(parsed, dict) else text
 
 
+def _connection_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a connection that failed, not from a timeout or an answer."""
+    if any(isinstance(linked, openai.APITimeoutError | TimeoutError) for linked in _linked(exc)):
+        return False
+    return any(isinstance(linked, openai.APIConnectionError) for linked in _linked(exc))
+
+
 def _error_event(exc: BaseException) -> openai.APIError | None:
     """The provider's ``{"error": ...}`` event behind a mid-stream failure, if that is what ended the stream."""
     for linked in _linked(exc):
@@ -519,21 +513,6 @@ def _error_event(exc: BaseException) -> openai.APIError | None:
         if type(linked) is openai.APIError and linked.body is not None:
             return linked
     return None
-
-
-def _error_event_to_model_error(event: openai.APIError, provider: str | None) -> ModelError:
-    body = event.body
-    text = body if isinstance(body, str) else event.message
-    message = f"error event mid-stream: {text}"
-    # The SDK kept only the event's "error" member; put it back in the shape the provider sent.
-    facts: dict[str, Any] = {"provider": provider, "response_body": {"error": _plain(body)}, "in_stream": True}
-    code = _str(event.code) or ""
-    if code == "context_length_exceeded" or _CONTEXT_OVERFLOW.search(text):
-        return ContextOverflowError(message, **facts)
-    if code in ("rate_limit_exceeded", "rate_limit_error") or event.type in ("rate_limit_error", "requests"):
-        return RateLimitError(message, retryable=True, **facts)
-    # The provider accepted the request and then failed while generating: usually transient.
-    return ProviderError(message, retryable=event.type != "invalid_request_error", **facts)
 
 
 def _linked(exc: BaseException) -> Iterator[BaseException]:

@@ -93,19 +93,20 @@ class OpenAIWireClient:
     def __init__(self, *, api_base: str | None = None, api_key: str | None = None, **extra: Any) -> None:
         # The litellm client builds the same acompletion arguments and answers model info and token counts.
         self._litellm = LiteLLMClient(api_base=api_base, api_key=api_key, **extra)
+        self._api_base = api_base
         self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
         self._proxies: dict[str, tuple[Any, aiohttp.BasicAuth | None]] = {}
         # A client dropped without aclose (the usual end of a string-id client) still releases its pools.
         weakref.finalize(self, _release, self._sessions)
 
     def __repr__(self) -> str:
-        return f"OpenAIWireClient(api_base={self._litellm._defaults.get('api_base')!r})"
+        return f"OpenAIWireClient(api_base={self._api_base!r})"
 
     def prepare(self, request: ModelRequest) -> WireRequest | None:
         """The HTTP request for ``request``, or None when it must go through litellm instead.
 
         None for a provider not in ``FAST_PATH_PROVIDERS`` and for options only litellm's route applies (see
-        ``think_actors.models.litellm.wire_request``). Costs one litellm request preparation (≈0.1-0.4 ms).
+        ``think_actors.models.litellm.wire.wire_request``). Costs one litellm request preparation (≈0.1-0.4 ms).
         """
         return wire_request(self._litellm.acompletion_kwargs(request), FAST_PATH_PROVIDERS)
 

@@ -48,9 +48,10 @@ lint: $(STAMP) ## ruff format check and lint
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale
 	$(PY) scripts/bench_turn.py
 	$(BENCH_PY) scripts/bench_peers.py
+	$(PY) scripts/bench_model_path.py
 	$(PY) scripts/bench_history.py
 	$(PY) scripts/bench_ray.py
 	$(PY) scripts/bench_recovery.py

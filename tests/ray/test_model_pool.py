@@ -105,7 +105,7 @@ async def test_model_info_and_token_counts_come_from_the_pool(pooled: PooledMode
 
 
 @pytest.mark.timeout(90)
-async def test_the_pool_streams_openai_wire_models_over_the_fast_path(pooled: _PooledModel) -> None:
+async def test_the_pool_streams_openai_wire_models_over_the_fast_path(pooled: PooledModel) -> None:
     async with ScriptedOpenAIServer() as server:
         server.add_text("fast", usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})
         server.add_text("slow", usage={"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4})

@@ -78,13 +78,18 @@ async def harness_turn(agent: BenchAgent, model: ScriptedModel) -> str:
 
 
 class _NoJournal(journal.TurnJournal):
-    """The journal with nothing written: what a turn costs without the durable-turn ledger."""
+    """The journal with nothing written: what a turn costs without the durable-turn ledger (the messages are still
+    stored, one write each)."""
 
     @classmethod
-    async def begin(cls, engine: Any, **fields: Any) -> journal.TurnJournal:
+    def new(cls, engine: Any, **fields: Any) -> journal.TurnJournal:
         record = TurnRecord(request_id=fields["request_id"], trigger="", status="", started_at=0, updated_at=0)
         record.message_id = fields["message_id"]
         return cls(engine, record)
+
+    async def begin(self, messages: Any) -> None:
+        for message in messages:
+            await self.engine.append(message)
 
     def add(self, chunk: Any) -> bool:
         return False
@@ -93,7 +98,7 @@ class _NoJournal(journal.TurnJournal):
         pass
 
     async def end(self) -> None:
-        pass
+        await self.persist_reply()
 
 
 async def _no_effect(*args: Any) -> tuple[None, None]:

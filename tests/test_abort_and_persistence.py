@@ -861,3 +861,83 @@ async def test_a_turn_aborted_during_before_turn_never_calls_the_model() -> None
     assert model.requests == []
     assert stream.status == "aborted"
     assert [m.role for m in agent.get_messages()] == ["user"]
+
+
+# --- what a completed turn writes --------------------------------------------------------------------------------
+
+_WRITES = frozenset(
+    {
+        "put_turn",
+        "begin_turn",
+        "append_message",
+        "upsert_message",
+        "update_message",
+        "append_chunks",
+        "start_effect",
+        "finish_effect",
+        "delete_turn",
+        "end_turn",
+    }
+)
+
+
+class LoggedStore:
+    """A MemoryStore's methods with every write logged by name (a chunk batch by its chunk types); ``hide`` names
+    methods the store does not have, as a store written before them."""
+
+    def __init__(self, hide: tuple[str, ...] = ()) -> None:
+        self.inner = ta.MemoryStore()
+        self.hide = hide
+        self.writes: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.hide:
+            raise AttributeError(name)
+        method = getattr(self.inner, name)
+        if name not in _WRITES:
+            return method
+
+        async def logged(*args: Any, **kwargs: Any) -> Any:
+            self.writes.append((name, [c["type"] for c in args[1]]) if name == "append_chunks" else name)
+            return await method(*args, **kwargs)
+
+        return logged
+
+
+@pytest.mark.parametrize("hide", [(), ("begin_turn", "end_turn")], ids=["batched", "single-writes"])
+async def test_a_turn_writes_its_record_with_its_input_and_its_reply_with_the_record_removal(
+    hide: tuple[str, ...],
+) -> None:
+    @ta.tool
+    async def lookup(q: str) -> str:
+        """Look it up."""
+        return "found"
+
+    store = LoggedStore(hide)
+    model = ScriptedModel([tool_call("lookup", {"q": "x"}, id="c1"), text("done")])
+    agent = make_agent(model, store=store, tools=[lookup])
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed"
+    # The record goes in with the input, the reply with the record's removal: one write each where the store can.
+    first, last = (
+        (["begin_turn"], ["end_turn"])
+        if not hide
+        else (["put_turn", "append_message"], ["upsert_message", "delete_turn"])
+    )
+    assert store.writes == [
+        *first,
+        (
+            "append_chunks",
+            ["start-step", "tool-input-start", "tool-input-delta", "tool-input-delta", "tool-input-available"],
+        ),
+        "start_effect",
+        "finish_effect",
+        ("append_chunks", ["tool-output-available"]),
+        # The step's end alone changes nothing recovery rebuilds: it goes out with the next step's batch.
+        ("append_chunks", ["finish-step", "start-step", "text-start", "text-delta", "text-end", "finish-step"]),
+        *last,
+    ]
+    assert transcript(agent) == [("user", "go"), ("assistant", "done")]
+    assert [(m.role, m.text) for m in await store.inner.load_messages()] == transcript(agent)
+    assert await store.inner.list_turns() == []

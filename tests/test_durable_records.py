@@ -345,6 +345,59 @@ async def test_delete_turn_removes_its_chunk_log_and_effects_only(store: AnyStor
     assert await store.load_chunks("r1") == [{"type": "finish"}]
 
 
+async def test_begin_turn_puts_the_record_and_appends_the_input_under_the_latest_leaf(store: AnyStore) -> None:
+    await store.append_message(user_message("earlier", id="m0"))
+    first, second = user_message("one", id="m1"), user_message("two", id="m2")
+    appended = await store.begin_turn(turn("r1"), [first, user_message("x", id="m0"), second])
+    assert appended == [True, False, True]
+    assert [t.request_id for t in await store.list_turns()] == ["r1"]
+    # The existing id is left alone (False), the new ones chain under the latest leaf, in order.
+    assert await store.begin_turn(turn("r2"), [user_message("x", id="m0")]) == [False]
+    assert [m.id for m in await store.load_messages()] == ["m0", "m1", "m2"]
+    assert await store.begin_turn(turn("r3"), []) == []
+    assert [t.request_id for t in await store.list_turns()] == ["r1", "r2", "r3"]
+
+
+async def test_begin_turn_with_an_unstorable_part_writes_nothing(store: AnyStore) -> None:
+    bad = UIMessage(id="m2", role="user", parts=(TextPart(text="b"),), metadata={"x": 2**70})  # too big for msgpack
+    with pytest.raises(StoreError):
+        await store.begin_turn(turn("r1"), [user_message("a", id="m1"), bad])
+    with pytest.raises(StoreError):
+        await store.begin_turn(turn("r1", data={"x": object()}), [user_message("a", id="m1")])
+    assert await store.list_turns() == []
+    assert await store.load_messages() == []
+
+
+async def test_end_turn_upserts_the_reply_and_removes_the_turn_state(store: AnyStore) -> None:
+    await store.begin_turn(turn("r1"), [user_message("q", id="m1")])
+    await store.put_turn(turn("r2"))
+    await store.append_chunks("r1", [{"type": "start"}])
+    await store.start_effect(effect("c1", request_id="r1"))
+    reply = UIMessage(id="a1", role="assistant", parts=(TextPart(text="answer"),))
+    await store.end_turn("r1", reply)
+    assert [(m.id, m.text) for m in await store.load_messages()] == [("m1", "q"), ("a1", "answer")]
+    assert [t.request_id for t in await store.list_turns()] == ["r2"]
+    assert await store.load_chunks("r1") == []
+    assert await store.list_effects("r1") == []
+    # An existing reply is updated in place; no reply only removes the record.
+    await store.end_turn("r2", reply.model_copy(update={"parts": (TextPart(text="better"),)}))
+    assert [(m.id, m.text) for m in await store.load_messages()] == [("m1", "q"), ("a1", "better")]
+    await store.put_turn(turn("r3"))
+    await store.end_turn("r3")
+    assert await store.list_turns() == []
+
+
+async def test_end_turn_with_an_unstorable_reply_keeps_the_turn(store: AnyStore) -> None:
+    await store.put_turn(turn("r1"))
+    bad = UIMessage(
+        id="a1", role="assistant", parts=(TextPart(text="b"),), metadata={"x": 2**70}
+    )  # too big for msgpack
+    with pytest.raises(StoreError):
+        await store.end_turn("r1", bad)
+    assert [t.request_id for t in await store.list_turns()] == ["r1"]
+    assert await store.load_messages() == []
+
+
 # --- the effect ledger --------------------------------------------------------------------------------------------
 
 
@@ -459,6 +512,8 @@ async def test_records_are_copies_both_ways(store: AnyStore) -> None:
         lambda s: s.list_submissions(),
         lambda s: s.update_submission("s1", status="error"),
         lambda s: s.put_turn(turn("r1")),
+        lambda s: s.begin_turn(turn("r1"), []),
+        lambda s: s.end_turn("r1"),
         lambda s: s.append_chunks("r1", []),
         lambda s: s.load_chunks("r1"),
         lambda s: s.start_effect(effect("c1")),

@@ -86,12 +86,16 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
+# Built once: a TypeAdapter costs tens of microseconds to build, and every tool result goes through here.
+_ANY: TypeAdapter[Any] = TypeAdapter(Any)
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, str | int | float | bool | type(None)):
         return value
-    return TypeAdapter(Any).dump_python(value, mode="json")
+    return _ANY.dump_python(value, mode="json")
 
 
 class Tool:

@@ -367,8 +367,7 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.should_apply is not None and not await spec.should_apply():
             outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
             return
-    # The record goes in before the input: a crash after this point leaves a turn recovery can finish.
-    journal = await TurnJournal.begin(
+    journal = TurnJournal.new(
         engine,
         request_id=spec.request_id,
         trigger=spec.trigger,
@@ -380,8 +379,8 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
     )
     try:
         try:
-            for message in messages:
-                await engine.append(message)
+            # The record goes in with the input: a crash after this point leaves a turn recovery can finish.
+            await journal.begin(messages)
         except Exception as err:
             async for chunk in _fail_setup(engine, spec, err, "persist", False):
                 yield chunk
@@ -406,6 +405,11 @@ async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
     A turn stopped to be resumed keeps its record and goes to recovery, which finishes it (and its submission).
     """
     engine = journal.engine
+    if journal.reply is not None:
+        if engine.queue.generation != spec.generation:
+            journal.reply = None  # the conversation was cleared under the turn: it writes nothing
+        elif engine.steered or journal.resume or spec.on_finished is not None:
+            await journal.persist_reply()  # what follows depends on the reply being stored
     if engine.steered:
         # Steered in after this turn's last step: they run as the next turn instead of being lost.
         leftover, engine.steered = engine.steered, []
@@ -546,15 +550,16 @@ async def _stream(
         if first:  # a retried attempt continues the stream its caller already reads
             yield start
         stall_s = run.stall_timeout_s
+        next_chunk, apply, add = steps.__anext__, acc.apply, journal.add  # once: they run for every chunk
         while True:
             try:
                 if stall_s:
                     # The watchdog, on the gap between chunks (tool time included, as in the reference): the clock
                     # restarts with every chunk, so a slow but steady stream never fires it.
                     async with asyncio.timeout(stall_s):
-                        chunk = await steps.__anext__()
+                        chunk = await next_chunk()
                 else:
-                    chunk = await steps.__anext__()
+                    chunk = await next_chunk()
             except StopAsyncIteration:
                 break
             except TimeoutError:
@@ -567,18 +572,18 @@ async def _stream(
                 ) from None
             if engine.emitted:  # chunks a hook put into the stream go out before the next chunk, in order
                 for extra in engine.take_emitted():
-                    acc.apply(extra)
-                    if journal.add(extra):
+                    apply(extra)
+                    if add(extra):
                         await journal.flush()
                     yield extra
-            update = acc.apply(chunk)
+            update = apply(chunk)
             if update is not None:
                 await engine.apply_tool_update(update)
             if signal.aborted:
                 raise _Aborted
             finished = chunk.type == "finish"
             # Logged before the caller sees it: what was reported survives a crash of this process.
-            if journal.add(chunk):
+            if add(chunk):
                 await journal.flush()
             yield chunk
             if signal.aborted and not finished:
@@ -639,6 +644,10 @@ async def _stream(
             if not await engine.store.update_message(message):
                 await engine.store.append_message(message, spec.branch_from)
             await engine.reload()
+        elif status == "completed" and run.output_type is None:
+            # Nothing before the turn's end reads the stored reply (no error hook runs for a completed turn), so
+            # it is written with the removal of the turn record, in one write (``finish``).
+            journal.reply = message
         else:
             await engine.upsert(message)
         outcome.message = message

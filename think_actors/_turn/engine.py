@@ -233,6 +233,10 @@ class Engine:
 
     async def upsert(self, message: UIMessage) -> None:
         await self.store.upsert_message(message)
+        self.remember(message)
+
+    def remember(self, message: UIMessage) -> None:
+        """Put a message the store now holds into the transcript: in place if its id is there, else last."""
         for i in range(len(self.messages) - 1, -1, -1):
             if self.messages[i].id == message.id:
                 self.messages[i] = message

@@ -1,24 +1,30 @@
 """The durable trace of a running turn: its turn record, the chunk log of its stream, and its effect ledger.
 
 A turn writes its record when it starts and removes it when it ends, so a record left behind means a crash
-interrupted the turn. The chunk log holds what the stream produced so far (reference §3.7): settled tool results
-and step ends are flushed at once, text in small batches, always before the chunk reaches the caller. Every tool
-call records ``started`` before it runs and ``finished`` after (the effect ledger), so recovery can replay a
-finished call's result and knows which calls are in doubt.
+interrupted the turn. The record goes in with the turn's input and, for a completed turn, goes out with its reply:
+one write each where the store can (``Store.begin_turn`` / ``Store.end_turn``). The chunk log holds what the stream
+produced so far (reference §3.7): settled tool results and step ends are flushed at once (a step end that closes
+nothing recovery would rebuild waits for the next batch), text in small batches, always before the chunk reaches
+the caller. Every tool call records ``started`` before it runs and ``finished`` after (the effect ledger), so
+recovery can replay a finished call's result and knows which calls are in doubt.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from ..messages import UIMessage
+from ..store import Store
 from ..store.records import EffectRecord, TurnRecord
 from .engine import Engine
 
 # Chunks that settle something: flushed at once, so a crash never loses a tool result that was reported.
-_FLUSH_NOW = frozenset(
-    {"tool-input-available", "tool-input-error", "tool-output-available", "tool-output-error", "finish-step"}
-)
+_FLUSH_NOW = frozenset({"tool-input-available", "tool-input-error", "tool-output-available", "tool-output-error"})
+# A step's end flushes the step too, unless it is all the buffer holds: the accumulator ignores it, so the message
+# recovery rebuilds is the same with it or without it, and it goes out with the next batch.
+_STEP_END = "finish-step"
 FLUSH_EVERY = 32  # text and reasoning deltas go in batches of this many ...
 FLUSH_AFTER_S = 0.05  # ... or of what arrived within this long
 _DELTAS = frozenset({"text-delta", "reasoning-delta"})
@@ -31,18 +37,20 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_count", "_since", "engine", "record", "resume")
+    __slots__ = ("_buffer", "_count", "_delta", "_since", "engine", "record", "reply", "resume")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
         self.record = record
         self.resume = False  # the turn stopped to be resumed: its record stays for recovery
+        self.reply: UIMessage | None = None  # the finished reply, written with the record's removal (``end``)
         self._buffer: list[dict[str, Any]] = []
+        self._delta: dict[str, Any] | None = None  # the buffered delta that deltas of the same part merge into
         self._count = 0  # chunks since the last flush (merged deltas count one each)
         self._since = 0.0
 
     @classmethod
-    async def begin(
+    def new(
         cls,
         engine: Engine,
         *,
@@ -54,6 +62,7 @@ class TurnJournal:
         submission_id: str | None,
         data: dict[str, Any],
     ) -> TurnJournal:
+        """The journal of a turn that starts now; nothing is written before ``begin``."""
         now = time.time()
         record = TurnRecord(
             request_id=request_id,
@@ -67,8 +76,17 @@ class TurnJournal:
             submission_id=submission_id,
             data=data,
         )
-        await engine.store.put_turn(record)
         return cls(engine, record)
+
+    async def begin(self, messages: Sequence[UIMessage]) -> None:
+        """Write the turn record and append the turn's input in one write: a crash leaves both or neither."""
+        engine = self.engine
+        store = engine.store
+        begin = getattr(store, "begin_turn", None)
+        appended = await (
+            begin(self.record, messages) if begin is not None else Store.begin_turn(store, self.record, messages)
+        )
+        engine.messages.extend(m for m, new in zip(messages, appended, strict=True) if new)
 
     def add(self, chunk: Any) -> bool:
         """Buffer a chunk of the stream; True when the buffer must be flushed before the chunk goes out."""
@@ -76,40 +94,63 @@ class TurnJournal:
         buffer = self._buffer
         if kind in _DELTAS:
             # The hot path: consecutive deltas of one part are logged as one (the rebuilt message is the same).
-            last = buffer[-1] if buffer else None
-            if last is not None and last["type"] == kind and last["id"] == chunk.id:
+            last = self._delta
+            if last is not None and last["id"] == chunk.id and last["type"] == kind:
                 last["delta"] += chunk.delta
             else:
-                if last is None:
+                if not buffer:
                     self._since = time.monotonic()
-                buffer.append({"type": kind, "id": chunk.id, "delta": chunk.delta})
+                last = self._delta = {"type": kind, "id": chunk.id, "delta": chunk.delta}
+                buffer.append(last)
         elif kind == "agent-tool-event" or (kind.startswith("data-") and chunk.transient):
             return False  # neither is part of the message the log rebuilds
         else:
             if not buffer:
                 self._since = time.monotonic()
+            self._delta = None
             buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
+            if kind in _FLUSH_NOW or (kind == _STEP_END and len(buffer) > 1):
+                self._count += 1
+                return True
         self._count += 1
-        return kind in _FLUSH_NOW or self._count >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
+        return self._count >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
 
     async def flush(self) -> None:
         self._count = 0
         if self._buffer:
-            batch, self._buffer = self._buffer, []
+            batch, self._buffer, self._delta = self._buffer, [], None
             await self.engine.store.append_chunks(self.record.request_id, batch)
 
     async def restart(self, message_id: str) -> None:
         """A new attempt of the same turn (context-overflow retry): the failed attempt's log is discarded."""
         self._buffer = []
+        self._delta = None
         await self.engine.store.delete_turn(self.record.request_id)
         self.record.message_id = message_id
         self.record.updated_at = time.time()
         await self.engine.store.put_turn(self.record)
 
+    async def persist_reply(self) -> None:
+        """Write the held reply now (something that depends on it comes before the record's removal)."""
+        reply, self.reply = self.reply, None
+        if reply is not None:
+            await self.engine.upsert(reply)
+
     async def end(self) -> None:
-        """The turn ended (whatever its status): nothing is left to recover."""
+        """The turn ended (whatever its status): nothing is left to recover. A held reply goes in the same write."""
         self._buffer = []
-        await self.engine.store.delete_turn(self.record.request_id)
+        self._delta = None
+        reply, self.reply = self.reply, None
+        engine = self.engine
+        store = engine.store
+        end = getattr(store, "end_turn", None)
+        await (
+            end(self.record.request_id, reply)
+            if end is not None
+            else Store.end_turn(store, self.record.request_id, reply)
+        )
+        if reply is not None:
+            engine.remember(reply)
 
 
 async def effect_started(

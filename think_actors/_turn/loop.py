@@ -50,6 +50,11 @@ from .overflow import proactive_messages
 from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
+# The per-delta chunks, built by their pydantic validators directly: the same validation as the constructor, without
+# BaseModel.__init__'s Python frame (the hot path of a streamed reply).
+_text_delta = TextDeltaChunk.__pydantic_validator__.validate_python
+_reasoning_delta = ReasoningDeltaChunk.__pydantic_validator__.validate_python
+
 
 def _unique_id(run: TurnRun, given: str | None) -> str:
     """The provider's tool call id, made unique in this agent's history.
@@ -183,15 +188,16 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         sources: list[SourceUrlPart] = []
         files: list[FilePart] = []
         stream = client.stream(request).__aiter__()
+        next_event, enter_wait, leave_wait = stream.__anext__, signal.enter_wait, signal.leave_wait  # per event
         try:
             while True:
-                signal.enter_wait()
+                enter_wait()
                 try:
-                    event = await stream.__anext__()
+                    event = await next_event()
                 except StopAsyncIteration:
                     break
                 finally:
-                    signal.leave_wait()
+                    leave_wait()
                 if not started:
                     started = True
                     if run.stats.first_chunk_at is None:  # once per step, not per chunk: time to first chunk
@@ -207,7 +213,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     texts.append(event.text)
                     if on_chunk is not None:
                         await on_chunk(_part(run, step_number, "text-delta", text=event.text))
-                    yield TextDeltaChunk(id=text_id, delta=event.text)
+                    yield _text_delta({"id": text_id, "delta": event.text})
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:
@@ -216,7 +222,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         if reasoning_id is None:
                             reasoning_id = new_id()
                             yield ReasoningStartChunk(id=reasoning_id)
-                        yield ReasoningDeltaChunk(id=reasoning_id, delta=event.text)
+                        yield _reasoning_delta({"id": reasoning_id, "delta": event.text})
                 elif isinstance(event, ToolCallDelta):
                     entry = raw_calls.get(event.index)
                     if entry is None:

@@ -270,6 +270,7 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             async for chunk in inner:
                 yield chunk
         if outcome.status == "completed" and not journal.resume:
+            await journal.persist_reply()  # observers of the event find the reply stored
             engine.publish("chat:recovery:completed", events)
     finally:
         await finish(spec, journal)

@@ -158,6 +158,26 @@ class Store(Protocol):
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]: ...
 
+    async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
+        """Put the turn record and append ``messages`` under the latest leaf, in one atomic write if the store can.
+
+        Returns whether each message was appended (False: its id existed). Optional: the turn engine calls this
+        default for a store without it, which makes the single writes, the record first.
+        """
+        await self.put_turn(record)
+        return [await self.append_message(message) for message in messages]
+
+    async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
+        """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one atomic
+        write if the store can.
+
+        Optional: the turn engine calls this default for a store without it, which makes the single writes, the
+        reply first.
+        """
+        if reply is not None:
+            await self.upsert_message(reply)
+        await self.delete_turn(request_id)
+
     # -- the effect ledger ------------------------------------------------------------------------------------
 
     async def start_effect(self, record: EffectRecord) -> EffectRecord:

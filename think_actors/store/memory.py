@@ -260,6 +260,29 @@ class MemoryStore:
         self._check_open()
         return [unpack(body) for body in self._chunks.get(request_id, ())]
 
+    async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
+        """Put the turn record and append ``messages`` under the latest leaf, all or nothing.
+
+        Returns whether each message was appended (False: its id existed).
+        """
+        self._check_open()
+        row = turn_row(record)
+        bodies = [encode_message(message) for message in messages]  # a value that cannot be stored writes nothing
+        self._turns[record.request_id] = row
+        appended = []
+        for message, body in zip(messages, bodies, strict=True):
+            new = message.id not in self._rows
+            if new:
+                self._rows[message.id] = _Row(parent_id=next(reversed(self._rows), None), body=body)
+            appended.append(new)
+        return appended
+
+    async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
+        """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, all or nothing."""
+        if reply is not None:
+            await self.upsert_message(reply)  # raises before anything changed when the reply cannot be stored
+        await self.delete_turn(request_id)
+
     # -- the effect ledger -------------------------------------------------------------------------------------
 
     async def start_effect(self, record: EffectRecord) -> EffectRecord:

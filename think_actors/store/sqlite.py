@@ -408,6 +408,28 @@ class SQLiteStore:
             rows = conn.execute("SELECT body FROM chunks WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
         return [unpack(body) for (body,) in rows]
 
+    async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
+        """Put the turn record and append ``messages`` under the latest leaf, in one transaction.
+
+        Returns whether each message was appended (False: its id existed).
+        """
+        row = turn_row(record)
+        bodies = [encode_message(message) for message in messages]  # before the write lock, as append_message
+        with self._transaction("begin turn") as conn:
+            conn.execute(_TURN_UPSERT, tuple(row.values()))
+            return [self._insert(conn, m, body, LATEST) for m, body in zip(messages, bodies, strict=True)]
+
+    async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
+        """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
+        transaction (``upsert_message`` then ``delete_turn``, committed once)."""
+        body = None if reply is None else encode_message(reply)
+        with self._transaction("end turn") as conn:
+            if reply is not None and body is not None and not self._update(conn, reply, body):
+                self._insert(conn, reply, body, LATEST)
+            conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
+            conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
+            conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))
+
     # -- the effect ledger -------------------------------------------------------------------------------------
 
     async def start_effect(self, record: EffectRecord) -> EffectRecord:

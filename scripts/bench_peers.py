@@ -15,11 +15,13 @@ What each path does, per turn and per chunk:
   (a pydantic model), folds it into the reply message (the accumulator), adds it to the chunk log and hands it
   up through its stream generators to the caller, which keeps ``chunk.delta`` of every ``TextDeltaChunk``; the
   chunk log is written to SQLite in batches of 32 deltas (or 50 ms), and at once at the tool call's input and
-  output and at each step's end, one transaction per batch. Per turn it runs every hook, persists the user
-  message and the reply, and writes and deletes the turn record. The conversation is cleared (untimed) before
-  each turn, so every path starts each turn from the same single user message (bench_turn clears every 50
-  turns, so its figures carry up to 50 turns of history). Two more rows, for scale, are the same path with
-  bench_turn's ``ledger_off()`` (messages still in SQLite) and with a ``MemoryStore`` and the ledger off: no
+  output and at a step's end that closes content, one transaction per batch. Per turn it runs every hook, writes
+  the turn record with the user message (one transaction) and the reply with the record's removal (one
+  transaction), and the tool call's effect record before and after it runs. The conversation is cleared
+  (untimed) before each turn, so every path starts each turn from the same single user message (bench_turn
+  clears every 50 turns, so its figures carry up to 50 turns of history). Two more rows, for scale, are the same
+  path with bench_turn's ``ledger_off()`` (messages still in SQLite, one write each) and with a ``MemoryStore``
+  and the ledger off: no
   persistence at all, as in both peers. The target is judged on the headline row.
 - openai-agents: ``Runner.run_streamed`` with a custom ``Model`` (their extension point) whose
   ``stream_response`` yields pre-built Responses events in the order their shipped ``agents.testing`` scripted

@@ -379,9 +379,10 @@ async def test_end_turn_upserts_the_reply_and_removes_the_turn_state(store: AnyS
     assert [t.request_id for t in await store.list_turns()] == ["r2"]
     assert await store.load_chunks("r1") == []
     assert await store.list_effects("r1") == []
-    # An existing reply is updated in place; no reply only removes the record.
+    # An existing reply is updated in place (the latest leaf stays where it was); no reply only removes the record.
+    await store.append_message(user_message("next", id="m2"))
     await store.end_turn("r2", reply.model_copy(update={"parts": (TextPart(text="better"),)}))
-    assert [(m.id, m.text) for m in await store.load_messages()] == [("m1", "q"), ("a1", "better")]
+    assert [(m.id, m.text) for m in await store.load_messages()] == [("m1", "q"), ("a1", "better"), ("m2", "next")]
     await store.put_turn(turn("r3"))
     await store.end_turn("r3")
     assert await store.list_turns() == []

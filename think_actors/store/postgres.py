@@ -411,6 +411,30 @@ class PostgresStore:
         """Remove the turn record, its chunk log and its effects (the turn ended: nothing is left to recover)."""
         await self._write("delete turn", _DELETE_TURN, request_id)
 
+    async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
+        """Put the turn record and append ``messages`` under the latest leaf, in one transaction.
+
+        Returns whether each message was appended (False: its id existed)."""
+        bodies = [encode_message(m) for m in messages]
+        async with self._tree("begin turn") as conn:
+            row = await conn.fetchrow(_PUT_TURN, self._agent, self._generation, *turn_row(record).values())
+            self._check(row["generation"])
+            return [await self._insert(conn, m, body, LATEST) for m, body in zip(messages, bodies, strict=True)]
+
+    async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
+        """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
+        transaction (``upsert_message`` then ``delete_turn``, committed once)."""
+        body = None if reply is None else encode_message(reply)
+        async with self._tree("end turn") as conn:
+            if reply is not None and body is not None:
+                status = await conn.execute(
+                    _UPDATE_MESSAGE_LOCKED, self._agent, reply.id, reply.role, body, reply.created_at
+                )
+                if status == "UPDATE 0":
+                    await self._insert(conn, reply, body, LATEST)
+            row = await conn.fetchrow(_DELETE_TURN, self._agent, self._generation, request_id)
+            self._check(row["generation"])
+
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one row for the batch)."""
         body = pack(list(chunks))

@@ -165,6 +165,18 @@ _CLAIM = (
     "ON CONFLICT (id) DO UPDATE SET generation = generation + 1 RETURNING generation"
 )
 
+# The turn's own message writes (begin_turn, end_turn) in one statement each, with the rules of _insert / _update:
+# a new row goes under the latest leaf; an existing id is left alone (rowcount 0), or updated in place (its seq and
+# parent stay).
+_APPEND_UNDER_LATEST = (
+    "INSERT INTO messages (id, parent_id, role, body, created_at)"
+    " VALUES (?, (SELECT id FROM messages ORDER BY seq DESC LIMIT 1), ?, ?, ?)"
+)
+_APPEND_NEW = _APPEND_UNDER_LATEST + " ON CONFLICT (id) DO NOTHING"
+_UPSERT = _APPEND_UNDER_LATEST + (
+    " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at"
+)
+
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
@@ -414,18 +426,18 @@ class SQLiteStore:
         Returns whether each message was appended (False: its id existed).
         """
         row = turn_row(record)
-        bodies = [encode_message(message) for message in messages]  # before the write lock, as append_message
-        with self._transaction("begin turn") as conn:
+        rows = [(m.id, m.role, encode_message(m), m.created_at) for m in messages]  # before the write lock
+        with self._fenced("begin turn") as conn:
             conn.execute(_TURN_UPSERT, tuple(row.values()))
-            return [self._insert(conn, m, body, LATEST) for m, body in zip(messages, bodies, strict=True)]
+            return [conn.execute(_APPEND_NEW, message).rowcount > 0 for message in rows]
 
     async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
         """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
         transaction (``upsert_message`` then ``delete_turn``, committed once)."""
-        body = None if reply is None else encode_message(reply)
-        with self._transaction("end turn") as conn:
-            if reply is not None and body is not None and not self._update(conn, reply, body):
-                self._insert(conn, reply, body, LATEST)
+        message = None if reply is None else (reply.id, reply.role, encode_message(reply), reply.created_at)
+        with self._fenced("end turn") as conn:
+            if message is not None:
+                conn.execute(_UPSERT, message)
             conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
             conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
             conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))

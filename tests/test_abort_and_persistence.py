@@ -877,6 +877,7 @@ _WRITES = frozenset(
         "finish_effect",
         "delete_turn",
         "end_turn",
+        "update_submission",
     }
 )
 
@@ -941,3 +942,23 @@ async def test_a_turn_writes_its_record_with_its_input_and_its_reply_with_the_re
     assert transcript(agent) == [("user", "go"), ("assistant", "done")]
     assert [(m.role, m.text) for m in await store.inner.load_messages()] == transcript(agent)
     assert await store.inner.list_turns() == []
+
+
+async def test_a_submission_turn_stores_its_reply_before_its_final_status() -> None:
+    # The submission's status depends on the reply: the reply is written first, the record's removal after it.
+    store = LoggedStore()
+    agent = make_agent(ScriptedModel([text("done")]), store=store)
+    await agent.submit_messages("go", submission_id="s1")
+    submission = await agent.wait_for_submission("s1", timeout_s=WAIT_S)
+    assert submission.status == "completed"
+    assert store.writes == [
+        "update_submission",  # running
+        "begin_turn",
+        "update_submission",  # messages applied
+        ("append_chunks", ["start-step", "text-start", "text-delta", "text-end", "finish-step"]),
+        "upsert_message",
+        "update_submission",  # completed
+        "end_turn",
+        "update_submission",  # the drain's closing no-op (the row is no longer running)
+    ]
+    assert transcript(agent) == [("user", "go"), ("assistant", "done")]

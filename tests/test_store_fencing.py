@@ -68,6 +68,9 @@ FENCED_WRITES: dict[str, Callable[[ta.Store], Awaitable[Any]]] = {
     "start_effect": lambda s: s.start_effect(effect("c2")),
     "finish_effect": lambda s: s.finish_effect("lead/a/r1/c1", output="late"),
     "clear_turn_state": lambda s: s.clear_turn_state(),
+    "begin_turn": lambda s: s.begin_turn(turn("r2"), [user_message("late", id="late")]),
+    "end_turn": lambda s: s.end_turn("r1", reply("late reply", id="late")),
+    "end_turn_without_reply": lambda s: s.end_turn("r1"),
 }
 
 

@@ -148,3 +148,15 @@ def open_test_store(kind: str, where: str, agent: str = "lead/a") -> ta.Store:
     if kind == "sqlite":
         return ta.SQLiteStore(where, agent=agent)
     return ta.PostgresStore(where, agent)
+
+
+# An OpenAI-wire request's pieces, for the model-client tests.
+HELLO = [{"role": "user", "content": "hello"}]
+SEARCH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "description": "Search the docs.",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
+    },
+}

@@ -11,6 +11,7 @@ from typing import Any
 
 import litellm
 import pytest
+from helpers import HELLO, SEARCH_TOOL
 
 from think_actors.errors import (
     ContextOverflowError,
@@ -38,16 +39,6 @@ from think_actors.models import (
 )
 from think_actors.models.litellm import LiteLLMClient
 from think_actors.testing.openai_server import ScriptedOpenAIServer
-
-HELLO = [{"role": "user", "content": "hello"}]
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the docs.",
-        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
-    },
-}
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from typing import Any
 
 import litellm
 import pytest
+from helpers import HELLO, SEARCH_TOOL
 
 from think_actors.errors import (
     ConfigurationError,
@@ -47,15 +48,6 @@ from think_actors.models.litellm import LiteLLMClient
 from think_actors.models.openai_wire import OpenAIWireClient
 from think_actors.testing.openai_server import ScriptedOpenAIServer
 
-HELLO = [{"role": "user", "content": "hello"}]
-SEARCH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the docs.",
-        "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
-    },
-}
 # What OpenAI sends: the details objects are always there, so neither client has anything to estimate.
 USAGE = {
     "prompt_tokens": 12,

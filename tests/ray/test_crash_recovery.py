@@ -203,7 +203,11 @@ async def test_repeated_crashes_in_one_turn_never_roll_back_settled_work(ray_run
     )
     assert report["pending"] is None
     assert final.status == "completed", final.error
-    assert report["effects"] == {"call-charge": 1, "call-note": 1, "call-lookup": 1}  # nothing ran twice
-    assert report["reconciled"] == []  # every crash came after its calls' results were recorded
+    # charge and note run in parallel: when charge's after_tool_call crashes, note has usually recorded its result
+    # (nothing runs twice). Under load it may still be running: then it is in doubt, goes to reconcile_tool_call,
+    # and the default reruns it because it is idempotent. The non-idempotent charge never runs twice.
+    reruns = report["reconciled"].count("call-note")
+    assert report["reconciled"] == ["call-note"] * reruns and reruns <= 1
+    assert report["effects"] == {"call-charge": 1, "call-note": 1 + reruns, "call-lookup": 1}
     assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
     assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)

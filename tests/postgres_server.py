@@ -78,20 +78,24 @@ def _server_user() -> pwd.struct_passwd | None:
 
 
 class PostgresServer:
-    """One server process; ``start()`` then ``dsn(database)``; ``stop()`` kills it and removes its files."""
+    """One server process; ``start()`` then ``dsn(database)``; ``stop()`` kills it and removes its files.
 
-    def __init__(self) -> None:
+    ``PostgresServer(root=..., port=...)`` is the server another process started in ``root`` (scripts/ start
+    one for a local cluster and stop it later); ``prefix`` names a new server's temp dir.
+    """
+
+    def __init__(self, *, root: str | Path | None = None, port: int = 0, prefix: str = "think-actors-pg-") -> None:
         bin_dir = find_bin_dir()
         if bin_dir is None:
             raise PostgresUnavailable(f"no PostgreSQL server binaries (initdb, pg_ctl) found: {INSTALL_HINT}")
         self.bin_dir = bin_dir
         self.user = _server_user()
-        self.root = Path(tempfile.mkdtemp(prefix="think-actors-pg-"))
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix=prefix))
         self.data_dir = self.root / "data"
         self.socket_dir = self.root / "sock"
         self.log_file = self.root / "server.log"
-        self.port = 0
-        self.running = False
+        self.port = port
+        self.running = (self.data_dir / "postmaster.pid").exists()
 
     def dsn(self, database: str = "postgres") -> str:
         return f"postgresql://{_SERVER_USER}@127.0.0.1:{self.port}/{database}"

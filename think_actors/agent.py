@@ -607,19 +607,22 @@ class Think:
         """The session ``configure_session`` returned, once the agent has started."""
         return self._engine.session
 
-    async def sub_agent(self, agent_class: type[Think], name: str, **options: Any) -> Any:
+    async def sub_agent(
+        self, agent_class: type[Think], name: str, *, node_id: str | None = None, **options: Any
+    ) -> Any:
         """A handle to the child agent ``name`` of class ``agent_class``, named under this agent's path.
 
-        The child has its own history, queue and store. On Ray it is its own actor; in-process it is an
-        object owned by this agent. The handle offers ``chat`` (async iterator of chunks), ``save_messages``,
-        ``get_messages``, ``cancel_chat``, ``clear`` ...
+        The child has its own history, queue and store. On Ray it is its own actor, placed like ``ta.spawn``
+        places one (spread over the nodes, or softly on ``node_id``); in-process it is an object owned by this
+        agent and ``node_id`` is ignored. The handle offers ``chat`` (async iterator of chunks),
+        ``save_messages``, ``get_messages``, ``cancel_chat``, ``clear`` ...
         """
         engine = self._engine
         path = f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
         if self.store_url is not None:  # children keep their rows where the parent keeps its own
             options.setdefault("store", self.store_url)
         if engine.runtime is not None:
-            return await engine.runtime.sub_agent(agent_class, name, path, options)
+            return await engine.runtime.sub_agent(agent_class, name, path, options, node_id)
         from .delegation import LocalAgentHandle
 
         child = engine.children.get(path)

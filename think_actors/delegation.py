@@ -131,6 +131,7 @@ def agent_tool(
     name: str | None = None,
     input_schema: Any = None,
     output_schema: type[BaseModel] | None = None,
+    node_id: str | None = None,
 ) -> Tool:
     """A tool whose execution runs a turn of a child agent of ``agent_class``.
 
@@ -139,7 +140,8 @@ def agent_tool(
     The child's chunks reach the parent's stream as ``agent-tool-event`` chunks tagged with the child's path
     and the parent's tool call id. The tool's output is the child's final text, or its structured output
     validated against ``output_schema``; a failed child gives ``{"ok": False, "status", "error", ...}``.
-    Cancelling the parent's turn cancels the child's.
+    Cancelling the parent's turn cancels the child's. On Ray, children are spread over the nodes like any
+    agent; ``node_id`` asks for that node instead (softly: if it is gone, the child goes elsewhere).
     """
     schema, validator = _schema_of(input_schema)
     tool_name = name or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", agent_class.__name__).lower()
@@ -147,7 +149,7 @@ def agent_tool(
     async def execute(value: Any, context: ToolContext) -> Any:
         emit = context.emit or (lambda chunk: None)
         run_id = f"agent-tool:{context.tool_call_id}"
-        child = await context.agent.sub_agent(agent_class, _run_name(context.tool_call_id))
+        child = await context.agent.sub_agent(agent_class, _run_name(context.tool_call_id), node_id=node_id)
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
         emit(

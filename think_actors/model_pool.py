@@ -13,12 +13,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .errors import AgentUnavailableError, ModelServerUnavailableError
 from .models import ModelInfo, ModelRequest
 from .runtime import RemoteStream, RuntimeConfig, _batches, _call
 
-__all__ = ["ModelServer", "PoolResolver", "PooledModel"]
+__all__ = ["ModelServer", "PoolResolver", "PooledModel", "start_model_pools"]
 
 
 @ray.remote(num_cpus=0, max_concurrency=100)  # type: ignore[call-overload]
@@ -100,6 +101,34 @@ class PooledModel:
         return count
 
 
+def _node_pool(config: RuntimeConfig, node: str) -> list[Any]:
+    """The model servers of ``node``, named after it: got if they run, else started there."""
+    return [
+        ModelServer.options(  # type: ignore[attr-defined]
+            name=f"think_actors/model-server/{node}/{i}",
+            namespace=config.namespace,
+            get_if_exists=True,
+            lifetime="detached",
+            max_restarts=-1,  # a dead server comes back; the turn it was serving is resumed by recovery
+            # Without a resource request Ray ignores soft node affinity (see runtime._actor_options): one byte.
+            memory=1,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+        ).remote(config)
+        for i in range(max(1, config.model_pool_size))
+    ]
+
+
+async def start_model_pools(config: RuntimeConfig, started: set[str]) -> list[str]:
+    """Start the model-server pool of every live node not in ``started`` and wait until its servers are up (a
+    node's pool otherwise starts at its first string model id); returns those nodes, now also in ``started``."""
+    live = ray.nodes()  # type: ignore[no-untyped-call]
+    nodes = [n["NodeID"] for n in live if n.get("Alive") and n["NodeID"] not in started]
+    for node in nodes:
+        await asyncio.gather(*(_call(server.__ray_ready__.remote()) for server in _node_pool(config, node)))
+        started.add(node)
+    return nodes
+
+
 class PoolResolver:
     def __init__(self, config: RuntimeConfig):
         self.config = config
@@ -107,19 +136,5 @@ class PoolResolver:
 
     def __call__(self, model_id: str) -> PooledModel:
         if self._client is None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            node = ray.get_runtime_context().get_node_id()
-            servers = [
-                ModelServer.options(  # type: ignore[attr-defined]
-                    name=f"think_actors/model-server/{node}/{i}",
-                    namespace=self.config.namespace,
-                    get_if_exists=True,
-                    lifetime="detached",
-                    max_restarts=-1,  # a dead server comes back; the turn it was serving is resumed by recovery
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-                ).remote(self.config)
-                for i in range(max(1, self.config.model_pool_size))
-            ]
-            self._client = PooledModel(servers)
+            self._client = PooledModel(_node_pool(self.config, ray.get_runtime_context().get_node_id()))
         return self._client

@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import registry
 from ._turn import chain
@@ -193,7 +194,7 @@ def _require_config() -> RuntimeConfig:
     return _config
 
 
-def _actor_options(config: RuntimeConfig, path: str) -> dict[str, Any]:
+def _actor_options(config: RuntimeConfig, path: str, node_id: str | None = None) -> dict[str, Any]:
     return {
         "name": path,
         "namespace": config.namespace,
@@ -202,12 +203,23 @@ def _actor_options(config: RuntimeConfig, path: str) -> dict[str, Any]:
         "max_restarts": config.max_restarts,
         "max_task_retries": 0,  # turns are not idempotent: never re-run one behind the caller's back
         "num_cpus": 0,  # agents wait on models and children; they do not compute
+        # Ray puts an actor that asks for no resource at all on a random node whatever its strategy (measured with
+        # Ray 2.60; ray-project/ray#25360 fixed hard node affinity only): one byte of memory makes SPREAD and soft
+        # node affinity hold.
+        "memory": 1,
+        # Soft: when that node is gone, a restart places the agent on another one.
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "SPREAD",
         "max_concurrency": 1000,  # cancel_chat and reads must get through while a turn runs
     }
 
 
 async def _spawn_path(
-    agent_class: type[Think], name: str, path: str, options: dict[str, Any], config: RuntimeConfig
+    agent_class: type[Think],
+    name: str,
+    path: str,
+    options: dict[str, Any],
+    config: RuntimeConfig,
+    node_id: str | None = None,
 ) -> AgentHandle:
     if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
         raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
@@ -216,20 +228,22 @@ async def _spawn_path(
     if config.store_url:
         options.setdefault("store", config.store_url)
     host: Any = AgentHost
-    actor = host.options(**_actor_options(config, path)).remote(agent_class, name, path, options, config)
+    actor = host.options(**_actor_options(config, path, node_id)).remote(agent_class, name, path, options, config)
     handle = AgentHandle(actor, path, agent_class.__name__)
     await handle._ready()
     return handle
 
 
-async def spawn(agent_class: type[Think], name: str, **options: Any) -> AgentHandle:
+async def spawn(agent_class: type[Think], name: str, *, node_id: str | None = None, **options: Any) -> AgentHandle:
     """Get or create the agent ``name`` of ``agent_class`` as a named actor; its history loads from its store.
 
     ``options`` go to the class's constructor (``model=``, ``instructions=``, ``data_dir=`` ...) when the actor
-    is created; an existing actor is returned as it is.
+    is created; an existing actor is returned as it is. New agents are spread over the nodes; ``node_id`` (a hex
+    id from ``ray.nodes()``) asks for that node, softly: if it is gone, Ray places the agent elsewhere.
     """
     config = _require_config()
-    return await _spawn_path(agent_class, name, agent_path(kebab_case(agent_class.__name__), name), options, config)
+    path = agent_path(kebab_case(agent_class.__name__), name)
+    return await _spawn_path(agent_class, name, path, options, config, node_id)
 
 
 async def get(agent_class: type[Think], name: str) -> AgentHandle:
@@ -937,8 +951,10 @@ class _ActorRuntime:
         self.config = config
         self._task_functions: dict[int, Any] = {}
 
-    async def sub_agent(self, agent_class: type[Think], name: str, path: str, options: dict[str, Any]) -> AgentHandle:
-        return await _spawn_path(agent_class, name, path, options, self.config)
+    async def sub_agent(
+        self, agent_class: type[Think], name: str, path: str, options: dict[str, Any], node_id: str | None = None
+    ) -> AgentHandle:
+        return await _spawn_path(agent_class, name, path, options, self.config, node_id)
 
     async def call_actor_method(self, target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
         return await call_actor_method(target, method, kwargs, namespace or self.config.namespace)

@@ -10,11 +10,13 @@ import ipaddress
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..agent import Think
 from ..errors import ConfigurationError
 
 DEFAULT_APP = "agents.team"
+_WATCH_S = 5.0  # how often ``serve`` looks for machines and nodes that joined the cluster
 
 
 def agent_classes(module_name: str) -> list[type[Think]]:
@@ -55,6 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--address", default=None, help="Ray address to join (default: start local Ray)")
     serve.add_argument("--origin", action="append", default=None, help="allowed Origin (repeat; default: any)")
     serve.add_argument("--max-frame-bytes", type=int, default=4 * 1024 * 1024, help="largest frame accepted")
+    serve.add_argument(
+        "--model-pools",
+        action="store_true",
+        help="start every node's model-server pool now, and on nodes that join (default: at a node's first use)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -73,20 +80,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     import asyncio
 
+    from ..model_pool import start_model_pools
     from ..runtime import init
     from .ray_server import start_gateways
 
-    init(args.address)
+    config = init(args.address)
 
     async def run() -> None:
-        # One gateway actor per machine of the cluster; this process only waits (Ctrl-C stops them).
-        gateways = await start_gateways(args.app, host=args.host, port=args.port, options=options)
-        for _, url in gateways:
-            print(f"think-actors: gateway serving {args.app} at {url}", flush=True)
+        # One gateway actor per machine of the cluster, and with --model-pools every node's model servers; this
+        # process looks again every few seconds, so machines and nodes that join later get theirs (Ctrl-C stops).
+        gateways: list[Any] = []
+        served: set[str] = set()
+        pooled: set[str] = set()
         try:
-            await asyncio.Event().wait()
+            while True:
+                try:
+                    for actor, url in await start_gateways(
+                        args.app, host=args.host, port=args.port, options=options, served=served
+                    ):
+                        gateways.append(actor)
+                        print(f"think-actors: gateway serving {args.app} at {url}", flush=True)
+                    if args.model_pools:
+                        for node in await start_model_pools(config, pooled):
+                            print(f"think-actors: model-server pool up on node {node}", flush=True)
+                except Exception as err:  # one machine's failure must not stop the others' gateways
+                    logging.getLogger("think_actors").error("starting a gateway or a model pool failed: %s", err)
+                await asyncio.sleep(_WATCH_S)
         finally:
-            for actor, _ in gateways:
+            for actor in gateways:
                 await actor.stop.remote()
 
     with contextlib.suppress(KeyboardInterrupt):

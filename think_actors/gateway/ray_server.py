@@ -41,13 +41,16 @@ class GatewayServer:
             self.runner = None
 
 
-async def start_gateways(app_module: str, *, host: str, port: int, options: dict[str, Any]) -> list[tuple[Any, str]]:
-    """One gateway actor per node address of the cluster; returns the actors and the URLs they serve."""
+async def start_gateways(
+    app_module: str, *, host: str, port: int, options: dict[str, Any], served: set[str] | None = None
+) -> list[tuple[Any, str]]:
+    """One gateway actor per node address of the cluster, except the addresses in ``served`` (the new ones are
+    added to it); returns the actors and the URLs they serve."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = _require_config()
     started: list[tuple[Any, str]] = []
-    addresses: set[str] = set()
+    addresses: set[str] = served if served is not None else set()
     for node in ray.nodes():  # type: ignore[no-untyped-call]
         address = node.get("NodeManagerAddress")
         if not node.get("Alive") or address in addresses:

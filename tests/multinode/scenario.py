@@ -1,0 +1,341 @@
+"""The multi-node scenario: a head and two worker nodes on this machine (``ray.cluster_utils.Cluster``), every
+agent's store in one PostgreSQL database, all the checks in one cluster lifetime.
+
+    python tests/multinode/scenario.py postgresql://postgres@127.0.0.1:5432/db
+
+It prints one line, ``SCENARIO-RESULT {json}``: for each check the facts it saw (or the traceback that stopped it),
+which tests/test_multinode.py asserts. It runs in a process of its own because the test session has its own
+local Ray, and one process holds one Ray. The cluster is shut down in a ``finally``; the test also kills the
+process group and anything left that carries the run's marker in its environment.
+
+Nodes are named ``head``, ``w1`` and ``w2`` in the facts. The driver (this process) is attached to the head, so
+the node removed is a worker. Everything listens on 127.0.0.1: Ray replaces a loopback address by the machine's
+own unless it is told the machine is no cluster host (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read at import).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The nodes' raylets start their workers with this process's environment: they import the agents from here.
+os.environ["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+sys.path.insert(0, HERE)
+
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Awaitable, Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import aiohttp  # noqa: E402
+import asyncpg  # noqa: E402
+import ray  # noqa: E402
+from multinode_agents import Echo, Lead  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+
+import think_actors as ta  # noqa: E402
+from think_actors.gateway.ray_server import GatewayServer  # noqa: E402
+from think_actors.model_pool import start_model_pools  # noqa: E402
+from think_actors.runtime import AgentHandle, _require_config  # noqa: E402
+
+# A killed raylet is declared dead after period x threshold (the default is ~15 s); then its actors restart.
+HEALTH_CHECKS = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 300,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 3,
+}
+NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
+
+
+class Nodes:
+    """The cluster's nodes by label, and the label of a node id."""
+
+    def __init__(self, cluster: Cluster, workers: list[Any]):
+        self.cluster = cluster
+        self.workers = workers
+        self.ids = {"head": cluster.head_node.node_id, **{f"w{i + 1}": w.node_id for i, w in enumerate(workers)}}
+        self.labels = {node_id: label for label, node_id in self.ids.items()}
+
+    def label(self, node_id: str) -> str:
+        return self.labels.get(node_id, f"unknown:{node_id[:8]}")
+
+
+async def through_restarts(call: Callable[[], Awaitable[Any]], timeout_s: float = 45) -> Any:
+    """``await call()``, again while the actor is dead or restarting on another node."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await call()
+        except (ta.AgentUnavailableError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def info(handle: AgentHandle, nodes: Nodes) -> dict[str, Any]:
+    facts = await through_restarts(handle.info)
+    return {"node": nodes.label(facts["node_id"]), "messages": facts["messages"], "pid": facts["pid"]}
+
+
+def handle_at(path: str, class_name: str) -> AgentHandle:
+    return AgentHandle(ray.get_actor(path, namespace=_require_config().namespace), path, class_name)
+
+
+async def texts(handle: AgentHandle) -> list[str]:
+    return [f"{m.role}: {m.text}" for m in await through_restarts(handle.get_messages)]
+
+
+# ---------------------------------------------------------------------------------------------------- the checks
+
+
+async def check_spread(nodes: Nodes, state: dict[str, Any]) -> dict[str, Any]:
+    """Agents spawned without a node go to different nodes (SPREAD), and each answers from there."""
+    names = [f"spread-{i}" for i in range(len(nodes.ids))]
+    handles = await asyncio.gather(*(ta.spawn(Echo, name) for name in names))
+    results = await asyncio.gather(*(h.save_messages(f"hello {name}") for h, name in zip(handles, names, strict=True)))
+    placed = {name: (await info(h, nodes))["node"] for name, h in zip(names, handles, strict=True)}
+    state["spread"] = dict(zip(names, handles, strict=True))
+    state["placed"] = placed
+    listing = ta.list_agents()
+    return {
+        "placed": placed,
+        "replies": [r.message.text if r.message else None for r in results],
+        "resident_by_node": {nodes.label(n): c for n, c in listing.resident_by_node().items()},
+    }
+
+
+async def check_parent_and_child(nodes: Nodes, state: dict[str, Any]) -> dict[str, Any]:
+    """A lead pinned to w1 streams its agent-tool child pinned to w2: the child's chunks reach the caller."""
+    lead = await ta.spawn(Lead, "lead", node_id=nodes.ids["w1"], child_node=nodes.ids["w2"])
+    chunks = [chunk async for chunk in lead.chat("ask the helper where it runs")]
+    events = [c for c in chunks if c.type == "agent-tool-event"]
+    child_paths = sorted({e.agent for e in events})
+    forwarded = "".join(
+        e.chunk.delta for e in events if e.kind == "chunk" and e.chunk is not None and e.chunk.type == "text-delta"
+    )
+    own = "".join(c.delta for c in chunks if c.type == "text-delta")
+    child = handle_at(child_paths[0], "Helper") if len(child_paths) == 1 else None
+    state["child"] = child
+    return {
+        "lead_node": (await info(lead, nodes))["node"],
+        "child_paths": child_paths,
+        "child_node": (await info(child, nodes))["node"] if child else None,
+        "event_kinds": [e.kind for e in events],
+        "forwarded_text": forwarded.replace(nodes.ids["w2"], "<w2>"),
+        "lead_text": own.replace(nodes.ids["w2"], "<w2>"),
+        "finish": chunks[-1].type if chunks else None,
+    }
+
+
+async def gateway_chat(url: str, name: str, text: str) -> dict[str, Any]:
+    """One chat request over the gateway's WebSocket: the transcript on connect and the one after the turn."""
+    async with aiohttp.ClientSession() as session, session.ws_connect(f"{url}/agents/echo/{name}") as ws:
+
+        async def frame() -> dict[str, Any]:
+            message = await asyncio.wait_for(ws.receive(), 30)
+            data: dict[str, Any] = json.loads(message.data)
+            return data
+
+        greeting = await frame()
+        body = {"messages": [{"id": f"u-{name}", "role": "user", "parts": [{"type": "text", "text": text}]}]}
+        init = {"method": "POST", "body": json.dumps(body)}
+        request = {"type": "cf_agent_use_chat_request", "id": f"r-{name}", "init": init}
+        await ws.send_str(json.dumps(request))
+        transcript: list[dict[str, Any]] = []
+        while True:
+            data = await frame()
+            if data["type"] == "cf_agent_chat_messages":
+                transcript = data["messages"]
+            if data["type"] == "cf_agent_use_chat_response" and data.get("done"):
+                break
+
+    def flat(messages: list[dict[str, Any]]) -> list[str]:
+        return [
+            f"{m['role']}: " + "".join(p.get("text", "") for p in m["parts"] if p["type"] == "text") for m in messages
+        ]
+
+    return {"before": flat(greeting.get("messages", [])), "after": flat(transcript), "outcome": data.get("outcome")}
+
+
+async def check_gateway(nodes: Nodes, state: dict[str, Any]) -> dict[str, Any]:
+    """A gateway actor on the head serves the spread agents that live on the workers, over a WebSocket."""
+    config = _require_config()
+    gateway = GatewayServer.options(  # type: ignore[attr-defined]
+        namespace=config.namespace,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(nodes.ids["head"], soft=False),
+    ).remote(config, "multinode_agents", {})
+    url = await gateway.start.remote("127.0.0.1", 0)
+    try:
+        chats = {}
+        for name, label in sorted(state["placed"].items()):
+            if label != "head":
+                chats[name] = {"node": label, **await gateway_chat(url, name, f"through the gateway to {name}")}
+    finally:
+        await gateway.stop.remote()
+        ray.kill(gateway)
+    return {"gateway_node": "head", "url_host": url.split("//")[1].split(":")[0], "chats": chats}
+
+
+async def check_model_pools(nodes: Nodes) -> dict[str, Any]:
+    """``start_model_pools`` starts one pool per node, on that node (named after it), and only once."""
+    config = _require_config()
+    started: set[str] = set()
+    fresh = await start_model_pools(config, started)
+    again = await start_model_pools(config, started)
+    prefix = "think_actors/model-server/"
+    servers = [
+        actor
+        for actor in ray._private.state.actors().values()  # GCS's actor table: no dashboard needed
+        if actor["State"] == "ALIVE" and (actor.get("Name") or "").startswith(prefix)
+    ]
+    placed = {
+        actor["Name"].removeprefix(prefix).replace(node_id, nodes.label(node_id)): nodes.label(
+            actor["Address"]["NodeID"]
+        )
+        for actor in servers
+        for node_id in [actor["Name"].removeprefix(prefix).split("/")[0]]
+    }
+    for actor in servers:  # they would restart after w2's loss and slow the next check down
+        ray.kill(ray.get_actor(actor["Name"], namespace=config.namespace), no_restart=True)
+    return {"started": sorted(nodes.label(n) for n in fresh), "again": again, "placed": placed}
+
+
+async def sql_rows(url: str, path: str) -> dict[str, Any]:
+    """The agent's lease generation and message roles, read with plain SQL (a store would claim the agent)."""
+    conn = await asyncpg.connect(url)
+    try:
+        generation = await conn.fetchval("SELECT generation FROM think_actors.agents WHERE path = $1", path)
+        roles = await conn.fetch("SELECT role FROM think_actors.messages WHERE agent = $1 ORDER BY seq", path)
+        statuses = await conn.fetch("SELECT status FROM think_actors.submissions WHERE agent = $1 ORDER BY seq", path)
+    finally:
+        await conn.close()
+    return {"generation": generation, "roles": [r[0] for r in roles], "submissions": [r[0] for r in statuses]}
+
+
+async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -> dict[str, Any]:
+    """w2 dies while an agent on it runs an accepted submission: Ray re-creates w2's agents on the other nodes,
+    their history is intact in PostgreSQL, and the submission finishes there."""
+    w2 = nodes.ids["w2"]
+    victim = await ta.spawn(Echo, "victim", node_id=w2)
+    first = await victim.save_messages("before the loss")
+    before = await info(victim, nodes)
+    submission = await victim.submit_messages(f"hold on {w2}", idempotency_key="hold")
+    deadline = time.monotonic() + 20
+    status = submission.status
+    while status != "running" and time.monotonic() < deadline:  # its turn is in the model, which holds on w2
+        await asyncio.sleep(0.05)
+        found = await victim.inspect_submission(submission.submission_id)
+        status = found.status if found else "missing"
+    bystanders: dict[str, AgentHandle] = {n: h for n, h in state["spread"].items() if state["placed"][n] == "w2"}
+    if state.get("child") is not None:
+        bystanders["helper"] = state["child"]
+    kept = {name: await texts(h) for name, h in bystanders.items()}
+
+    progress("removing w2")
+    removed_at = time.monotonic()
+    await asyncio.to_thread(nodes.cluster.remove_node, nodes.workers[1], allow_graceful=False)
+    final = await through_restarts(lambda: victim.wait_for_submission(submission.submission_id, timeout_s=5))
+    progress(f"submission {final.status}")
+    finished_s = time.monotonic() - removed_at
+    after = await info(victim, nodes)
+    history = await texts(victim)
+    next_turn = await through_restarts(lambda: victim.save_messages("after the loss"))
+    moved = {}
+    for name, handle in bystanders.items():
+        facts = await info(handle, nodes)
+        moved[name] = {"node": facts["node"], "history_kept": await texts(handle) == kept[name]}
+    return {
+        "first_reply": first.message.text if first.message else None,
+        "node_before": before["node"],
+        "status_when_removed": status,
+        "final_status": final.status,
+        "final_error": final.error,
+        "finished_s": round(finished_s, 2),
+        "node_after": after["node"],
+        "pid_changed": after["pid"] != before["pid"],
+        "history": [t.replace(w2, "<w2>") for t in history],
+        "next_reply": next_turn.message.text if next_turn.message else None,
+        "sql": await sql_rows(store_url, victim.path),
+        "bystanders": moved,
+        "live_nodes": sorted(nodes.label(n["NodeID"]) for n in ray.nodes() if n["Alive"]),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- the run
+
+
+async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> None:
+    state: dict[str, Any] = {}
+    checks: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
+        ("spread", lambda: check_spread(nodes, state)),
+        ("parent_and_child", lambda: check_parent_and_child(nodes, state)),
+        ("gateway", lambda: check_gateway(nodes, state)),
+        ("model_pools", lambda: check_model_pools(nodes)),
+        ("node_loss", lambda: check_node_loss(nodes, state, store_url)),  # last: it takes a node away
+    ]
+    for name, check in checks:
+        progress(f"check {name}")
+        started = time.monotonic()
+        try:
+            results[name] = await asyncio.wait_for(check(), 60)
+        except Exception:
+            results[name] = {"error": traceback.format_exc()}
+        results[name]["seconds"] = round(time.monotonic() - started, 2)
+        if "error" in results[name] and name == "spread":
+            break  # every later check uses its agents
+
+
+STARTED = time.monotonic()
+
+
+def progress(what: str) -> None:
+    print(f"[scenario {time.monotonic() - STARTED:6.2f}s] {what}", file=sys.stderr, flush=True)
+
+
+def main(store_url: str) -> int:
+    started = time.monotonic()
+    results: dict[str, Any] = {}
+    progress("starting the head")
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**NODE, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
+    )
+    try:
+        workers = []
+        for i in range(2):
+            progress(f"starting worker w{i + 1}")
+            workers.append(cluster.add_node(**NODE))
+        cluster.wait_for_nodes()
+        progress("connecting")
+        data_dir = tempfile.mkdtemp(prefix="think-actors-mn-")
+        ta.init(address=cluster.address, store=store_url, data_dir=data_dir, model_pool_size=1)
+        nodes = Nodes(cluster, workers)
+        results["cluster"] = {
+            "address": cluster.address,
+            "nodes": sorted(nodes.ids),
+            "seconds": round(time.monotonic() - started, 2),
+        }
+        asyncio.run(run_checks(nodes, store_url, results))
+    except Exception:
+        results["setup"] = {"error": traceback.format_exc()}
+    finally:
+        progress("shutting down")
+        ta.shutdown()
+        cluster.shutdown()
+        progress("shut down")
+        results["total_seconds"] = round(time.monotonic() - started, 2)
+        print("SCENARIO-RESULT " + json.dumps(results), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

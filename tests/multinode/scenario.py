@@ -28,6 +28,7 @@ sys.path.insert(0, HERE)
 
 import asyncio  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -304,6 +305,7 @@ def progress(what: str) -> None:
 def main(store_url: str) -> int:
     started = time.monotonic()
     results: dict[str, Any] = {}
+    data_dir = tempfile.mkdtemp(prefix="think-actors-mn-")  # unused with PostgreSQL, but never the caller's
     progress("starting the head")
     cluster = Cluster(
         initialize_head=True,
@@ -316,7 +318,6 @@ def main(store_url: str) -> int:
             workers.append(cluster.add_node(**NODE))
         cluster.wait_for_nodes()
         progress("connecting")
-        data_dir = tempfile.mkdtemp(prefix="think-actors-mn-")
         ta.init(address=cluster.address, store=store_url, data_dir=data_dir, model_pool_size=1)
         nodes = Nodes(cluster, workers)
         results["cluster"] = {
@@ -331,6 +332,7 @@ def main(store_url: str) -> int:
         progress("shutting down")
         ta.shutdown()
         cluster.shutdown()
+        shutil.rmtree(data_dir, ignore_errors=True)
         progress("shut down")
         results["total_seconds"] = round(time.monotonic() - started, 2)
         print("SCENARIO-RESULT " + json.dumps(results), flush=True)

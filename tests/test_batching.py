@@ -9,14 +9,25 @@ from typing import Any
 import pytest
 
 import think_actors as ta
+from think_actors.batching import _batches, _is_last, _pack, _unpack
 from think_actors.chunks import AgentToolEventChunk, DataChunk, ToolOutputAvailableChunk
-from think_actors.runtime import RuntimeConfig, _batches, _pack, _unpack
+from think_actors.models import (
+    FileEvent,
+    FinishEvent,
+    ReasoningDelta,
+    ResponseMetadata,
+    SourceEvent,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from think_actors.runtime import RuntimeConfig
 
 CONFIG = RuntimeConfig(batch_max=4, flush_s=0.05)
 
 
 async def collect(source: AsyncIterator[Any], config: RuntimeConfig = CONFIG) -> list[list[Any]]:
-    return [batch async for batch in _batches(source, config)]
+    return [_unpack(batch) async for batch in _batches(source, config)]
 
 
 async def paced(items: list[Any], gaps: dict[int, asyncio.Event] | None = None) -> AsyncIterator[Any]:
@@ -27,7 +38,7 @@ async def paced(items: list[Any], gaps: dict[int, asyncio.Event] | None = None) 
 
 
 def unpacked(batches: list[list[Any]]) -> list[Any]:
-    return [item for batch in batches for item in _unpack(batch)]
+    return [item for batch in batches for item in batch]
 
 
 async def test_the_first_item_leaves_alone_and_the_rest_fill_batches_up_to_the_cap() -> None:
@@ -43,7 +54,7 @@ async def test_a_batch_waits_for_late_items_within_the_flush_window_only() -> No
 
     async def consume() -> None:
         async for batch in _batches(source, CONFIG):
-            seen.append(batch)
+            seen.append(_unpack(batch))
             if len(seen) == 2:
                 later.set()  # item 2 arrives only after the window of batch [1] has closed
 
@@ -79,7 +90,7 @@ async def test_closing_the_batches_closes_the_source(ask_for_more: bool) -> None
             closed.set()
 
     stream = _batches(endless(), CONFIG)
-    assert await stream.__anext__() == [0]
+    assert _unpack(await stream.__anext__()) == [0]
     if ask_for_more:  # the consumer waits for the next batch while the source sleeps
         pending = asyncio.ensure_future(stream.__anext__())
         await asyncio.wait_for(waiting.wait(), 5)
@@ -89,7 +100,7 @@ async def test_closing_the_batches_closes_the_source(ask_for_more: bool) -> None
     await asyncio.wait_for(closed.wait(), 5)
 
 
-async def test_chunks_cross_as_plain_data_and_come_back_equal() -> None:
+async def test_chunks_cross_as_one_bytes_object_and_come_back_equal() -> None:
     chunks: list[Any] = [
         ta.StartChunk(message_id="m1"),
         ta.TextDeltaChunk(id="t1", delta="hi"),
@@ -98,9 +109,45 @@ async def test_chunks_cross_as_plain_data_and_come_back_equal() -> None:
         AgentToolEventChunk(agent="a/b", kind="chunk", sequence=3, chunk=ta.TextDeltaChunk(id="t2", delta="x")),
         ta.FinishChunk(finish_reason="stop"),
         "not a chunk",
+        (3, {"a tuple": "that is not a packed chunk"}),
     ]
     packed = _pack(chunks)
-    assert all(type(item) is tuple for item in packed[:-1]) and packed[-1] == "not a chunk"
+    assert type(packed) is bytes and not _is_last(packed)
     restored = _unpack(packed)
     assert restored == chunks
-    assert [c.to_wire() for c in restored[:-1]] == [c.to_wire() for c in chunks[:-1]]
+    assert [type(c) for c in restored] == [type(c) for c in chunks]
+    assert [c.to_wire() for c in restored[:6]] == [c.to_wire() for c in chunks[:6]]
+    # As validated construction from the fields would leave them (what the caller got before batches were bytes).
+    assert [c.model_fields_set for c in restored[:6]] == [set(type(c).model_fields) for c in chunks[:6]]
+    assert type(restored[4].chunk) is ta.TextDeltaChunk
+
+
+async def test_model_events_cross_compactly_and_come_back_equal() -> None:
+    events: list[Any] = [
+        ResponseMetadata(id="r1", model="m", timestamp=1.5),
+        TextDelta("hi"),
+        ReasoningDelta("hm"),
+        ToolCallDelta(0, "call-1", "search", '{"q"'),
+        SourceEvent("s1", "https://example.com", None),
+        FileEvent("data:image/png;base64,AA", "image/png"),
+        FinishEvent("stop", Usage(10, 4, 14), ("dropped seed",), {"k": [1]}, 0.25),
+    ]
+    restored = _unpack(_pack(events, last=True))
+    assert restored == events and [type(e) for e in restored] == [type(e) for e in events]
+    assert type(restored[-1].usage) is Usage
+
+
+async def test_only_the_batch_that_ends_the_stream_says_it_is_the_last() -> None:
+    batches = [batch async for batch in _batches(paced(list(range(6))), CONFIG)]
+    assert [_is_last(b) for b in batches] == [False, False, True]
+
+    async def failing() -> AsyncIterator[Any]:
+        yield "a"
+        yield "b"
+        raise ta.RateLimitError("slow down", retryable=True)
+
+    seen: list[bool] = []
+    with pytest.raises(ta.RateLimitError):
+        async for batch in _batches(failing(), CONFIG):
+            seen.append(_is_last(batch))
+    assert seen == [False, False]

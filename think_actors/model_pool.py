@@ -15,9 +15,10 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from .batching import _batches
 from .errors import AgentUnavailableError, ModelServerUnavailableError
 from .models import ModelInfo, ModelRequest
-from .runtime import RemoteStream, RuntimeConfig, _batches, _call
+from .runtime import RemoteStream, RuntimeConfig, _call
 
 __all__ = ["ModelServer", "PoolResolver", "PooledModel", "start_model_pools"]
 
@@ -38,7 +39,7 @@ class ModelServer:
         self.config = config
         self.client = AutoModelClient(fast_path=config.fast_model_path)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[list[Any]]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[bytes]:
         async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
             yield batch
 

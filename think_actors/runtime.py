@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from . import registry
 from ._turn import chain
 from .agent import Think, kebab_case
-from .chunks import chunk_classes as _chunk_classes
+from .batching import _batches, _is_last, _unpack
 from .errors import (
     AgentCycleError,
     AgentHibernatedError,
@@ -339,31 +339,32 @@ class RemoteStream:
         self.request_id = request_id
         self._resumable = resumable
         self._generator = generator
-        self._buffer: list[Any] = []
-        self._index = 0
+        self._items: AsyncIterator[Any] | None = None
         self._done = False
         self._handle = handle  # with ``restart``: a call that found the agent hibernating wakes it and is resent
         self._restart = restart
         self._received = False
 
-    def __aiter__(self) -> RemoteStream:
-        return self
+    def __aiter__(self) -> AsyncIterator[Any]:
+        # An async generator: ``async for`` then takes each chunk without a coroutine of ours per chunk.
+        if self._items is None:
+            self._items = self._unbatched()
+        return self._items
 
     async def __anext__(self) -> Any:
-        while self._index >= len(self._buffer):
-            if self._done:
-                raise StopAsyncIteration
+        return await self.__aiter__().__anext__()
+
+    async def _unbatched(self) -> AsyncIterator[Any]:
+        while not self._done:
             if self._generator is None:  # a provisioned agent: start it, then the call
                 assert self._handle is not None and self._restart is not None
                 await self._handle._wake()
                 self._generator = self._restart()
             try:
-                ref = await self._generator.__anext__()
-                self._buffer = _unpack(await ref)
-                self._received = True
+                data = await (await self._generator.__anext__())
             except StopAsyncIteration:
                 self._done = True
-                raise
+                return
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
                 handle, restart = self._handle, self._restart
                 if not self._received and handle is not None and restart is not None and _hibernated(err, handle.path):
@@ -381,10 +382,12 @@ class RemoteStream:
                         retryable=True,
                     ) from None
                 raise error from None
-            self._index = 0
-        item = self._buffer[self._index]
-        self._index += 1
-        return item
+            self._received = True
+            if _is_last(data):
+                # The remote generator has returned: end here rather than wait for Ray's end-of-stream message.
+                self._done = True
+            for item in _unpack(data):
+                yield item
 
     async def aclose(self) -> None:
         if not self._done:
@@ -666,98 +669,6 @@ _FORWARDED_METHODS = frozenset(
     }
 )
 
-_CHUNK_CLASSES: tuple[type[Any], ...] = tuple(_chunk_classes())
-_CHUNK_INDEX = {cls: i for i, cls in enumerate(_CHUNK_CLASSES)}
-
-
-def _pack(batch: list[Any]) -> list[Any]:
-    """Chunks as ``(class index, field dict)``: plain data pickles ~25x faster than pydantic objects."""
-    index = _CHUNK_INDEX
-    return [(index[type(item)], item.__dict__) if type(item) in index else item for item in batch]
-
-
-def _unpack(batch: list[Any]) -> list[Any]:
-    classes = _CHUNK_CLASSES
-    # Validating construction is faster than model_construct (~1 µs vs ~2.3 µs per chunk with pydantic 2.14).
-    return [classes[item[0]](**item[1]) if type(item) is tuple else item for item in batch]
-
-
-class _Failure:
-    __slots__ = ("error",)
-
-    def __init__(self, error: BaseException):
-        self.error = error
-
-
-_END = object()
-
-
-async def _batches(source: AsyncIterator[Any], config: RuntimeConfig) -> AsyncIterator[list[Any]]:
-    """Re-yield ``source`` as lists: whatever is ready, plus what arrives within ``flush_s``, up to a count."""
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    first_sent = asyncio.Event()
-
-    async def pump() -> None:
-        count = 0
-        try:
-            async for item in source:
-                queue.put_nowait(item)
-                count += 1
-                if count == 1:
-                    # Hold the turn until Ray has taken the first batch: a turn that never waits would
-                    # otherwise keep the event loop (and the first chunk) to itself until it ends.
-                    await first_sent.wait()
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:  # delivered in order, after the chunks before it
-            queue.put_nowait(_Failure(err))
-        finally:
-            queue.put_nowait(_END)
-
-    task = asyncio.ensure_future(pump())
-    done = False
-    first = True
-    try:
-        while not done:
-            batch: list[Any] = []
-            item = await queue.get()
-            started = time.monotonic()
-            while True:
-                if item is _END:
-                    done = True
-                    break
-                if isinstance(item, _Failure):
-                    if batch:
-                        yield _pack(batch)
-                    raise item.error
-                batch.append(item)
-                if len(batch) >= config.batch_max:
-                    break
-                if not queue.empty():
-                    item = queue.get_nowait()
-                    continue
-                remaining = config.flush_s - (time.monotonic() - started)
-                if remaining <= 0 or first:  # the first batch never waits: time to first chunk
-                    break
-                try:
-                    item = await asyncio.wait_for(queue.get(), remaining)
-                except TimeoutError:
-                    break
-            if batch:
-                yield _pack(batch)
-                if first:
-                    first = False
-                    first_sent.set()
-    finally:
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        # A source parked at a yield (not inside an await) is not reached by the cancel: close it here, so a turn
-        # finalizes (partial reply kept, slot released) now rather than whenever the garbage collector runs.
-        close = getattr(source, "aclose", None)
-        if close is not None:
-            await close()
-
 
 def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
     if path in callers:
@@ -870,9 +781,7 @@ class AgentHost:
         }
 
     @_counted
-    async def chat(
-        self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]
-    ) -> AsyncIterator[list[Any]]:
+    async def chat(self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]) -> AsyncIterator[bytes]:
         self._enter(caller_chain)
         await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
@@ -882,13 +791,13 @@ class AgentHost:
     @_counted
     async def run_as_tool(
         self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
-    ) -> AsyncIterator[list[Any]]:
+    ) -> AsyncIterator[bytes]:
         self._enter(caller_chain)
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
     @_counted
-    async def attach(self, request_id: str, caller_chain: tuple[str, ...]) -> AsyncIterator[list[Any]]:
+    async def attach(self, request_id: str, caller_chain: tuple[str, ...]) -> AsyncIterator[bytes]:
         self._enter(caller_chain)
         async for batch in _batches(self.agent.attach(request_id), self.config):
             yield batch

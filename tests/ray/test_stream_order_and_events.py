@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ray_agents import ObservedAgent, OrderedLead
+import pytest
+from ray_agents import EntryAgent, ObservedAgent, OrderedLead
 
 import think_actors as ta
 from think_actors.testing import ScriptedModel, error, text, tool_call
@@ -79,3 +80,28 @@ async def test_observe_refuses_an_unknown_channel_through_the_handle(ray_runtime
         assert "unknown observability channel 'agents:nope'" in str(err)
     else:
         raise AssertionError("observe accepted an unknown channel")
+
+
+async def test_a_long_turn_crosses_whole_and_the_actor_call_still_ends_on_its_own(
+    ray_runtime: Any, unique: str
+) -> None:
+    # The caller's stream ends at the batch marked last, without waiting for Ray's end-of-stream message; the
+    # actor's side of the call must still run to its end (never cancelled), or the agent would look busy forever.
+    pieces = [f"{i:04d}" for i in range(1500)]  # more than one full batch (batch_max is 1024)
+
+    def script() -> ScriptedModel:
+        return ScriptedModel([text("".join(pieces), chunk_size=4)])
+
+    agent = await ta.spawn(EntryAgent, unique, model=script())
+    local = EntryAgent(unique, model=script(), data_dir=ray_runtime.data_dir + "/local")
+    stream = agent.chat("go")
+    remote_chunks = await stream.collect()
+    local_chunks = [chunk async for chunk in local.chat("go")]
+    await local.close()
+
+    assert [c.type for c in remote_chunks] == [c.type for c in local_chunks]
+    assert [c.delta for c in remote_chunks if c.type == "text-delta"] == pieces
+    with pytest.raises(StopAsyncIteration):  # Ray's end of the stream still comes: the call returned by itself
+        await stream._generator.__anext__()
+    assert await agent._actor.__ray_call__.remote(lambda host: host._calls) == 0
+    assert (await agent.get_messages())[-1].text == "".join(pieces)

@@ -11,7 +11,10 @@ from typing import Any
 import ray
 
 import think_actors as ta
-from think_actors.models import FinishEvent, ModelEvent, ModelRequest, TextDelta, Usage
+from think_actors.batching import _batches
+from think_actors.chunks import DataChunk
+from think_actors.models import FinishEvent, ModelEvent, ModelInfo, ModelRequest, ResponseMetadata, TextDelta, Usage
+from think_actors.runtime import RuntimeConfig
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
 
 
@@ -79,6 +82,14 @@ def fan_out_script(children: int, turns: int) -> ScriptedModel:
     return ScriptedModel(steps)
 
 
+async def bare_stream(items: int, pause_s: float = 0.0) -> AsyncIterator[list[int]]:
+    """``items`` one-element items, ``pause_s`` apart (as a paced turn's batches are)."""
+    for i in range(items):
+        if i and pause_s:
+            await asyncio.sleep(pause_s)
+        yield [0]
+
+
 @ray.remote(num_cpus=0)
 class BareActor:
     """The baseline: an idle async Ray actor that imports nothing of think_actors."""
@@ -86,9 +97,95 @@ class BareActor:
     async def pid(self) -> int:
         return os.getpid()
 
-    async def stream(self, items: int) -> AsyncIterator[list[int]]:
-        for _ in range(items):
-            yield [0]
+    async def stream(self, items: int, pause_s: float = 0.0) -> AsyncIterator[list[int]]:
+        async for item in bare_stream(items, pause_s):
+            yield item
+
+    async def stream_from(self, source: Any, items: int) -> float:
+        """Seconds to take ``items`` streamed items from ``source``, another bare actor: the actor -> actor floor."""
+        started = time.perf_counter()
+        async for ref in source.stream.options(num_returns="streaming").remote(items):
+            await ref
+        return time.perf_counter() - started
+
+
+# ------------------------------------------------------------------ scripts/bench_ray.py (d): agent -> model server
+
+
+class ScriptedEvents:
+    """Stateless: every request gets the same answer, ``chunks`` text deltas of 4 characters, then a finish."""
+
+    model_id = "scripted-events"
+
+    def __init__(self, chunks: int):
+        self.chunks = chunks
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        yield ResponseMetadata("scripted", "scripted-events", 0.0)
+        for _ in range(self.chunks):
+            yield TextDelta("abcd")
+        yield FinishEvent("stop", Usage(10, self.chunks, 10 + self.chunks))
+
+
+@ray.remote(num_cpus=0, max_concurrency=100)
+class EventServer:
+    """A model server as ``model_pool.ModelServer`` is, with ``ScriptedEvents`` for its client (no provider)."""
+
+    def __init__(self, config: RuntimeConfig, chunks: int):
+        self.config = config
+        self.client = ScriptedEvents(chunks)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[bytes]:
+        async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
+            yield batch
+
+    async def model_info(self, model: str) -> ModelInfo | None:
+        return None
+
+    async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
+        return None
+
+
+EVENT_SERVER = "bench-event-server"
+
+
+class TimedModel:
+    """Wraps a model client: how long after the request its first event and its end came, as the agent saw them."""
+
+    model_id = "timed"
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.first_s = self.total_s = 0.0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ModelEvent]:
+        start = time.perf_counter()
+        first = True
+        async for event in self.inner.stream(request):
+            if first:
+                self.first_s, first = time.perf_counter() - start, False
+            yield event
+        self.total_s = time.perf_counter() - start
+
+
+class HopAgent(ta.Think):
+    """Streams a scripted answer from a model in its own process (``own-*`` agents) or from the ``EventServer``
+    actor named ``EVENT_SERVER`` through ``PooledModel`` (``pool-*`` agents), as the model pool does; each step
+    reports in a ``data-hop`` chunk how long its model stream took and when its first event came."""
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        model = getattr(self, "_hop_model", None)
+        if model is None:
+            from think_actors.model_pool import PooledModel
+
+            pooled = self.name.startswith("pool-")
+            model = TimedModel(PooledModel([ray.get_actor(EVENT_SERVER)]) if pooled else ScriptedEvents(500))
+            self._hop_model = model
+        return ta.TurnConfig(model=model)
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        model = self._hop_model
+        self.emit(DataChunk(type="data-hop", data={"first_s": model.first_s, "total_s": model.total_s}, transient=True))
 
 
 # ------------------------------------------------------------------ scripts/bench_recovery.py

@@ -7,7 +7,7 @@ The scripted OpenAI-compatible server runs in another process, so only the clien
     OpenAI-wire fast path (``OpenAIWireClient``) and ``litellm.acompletion`` (through ``LiteLLMClient``). Slope and
     intercept from streams of 200 and 1000 chunks of 4 characters: per chunk, and per request (fixed). Target:
     fast path <= 1.3x the floor per chunk.
-(b) Model-pool throughput: chunks/s one model-server Ray actor (``runtime.ModelServer``, as the pool builds it)
+(b) Model-pool throughput: chunks/s one model-server Ray actor (``model_pool.ModelServer``, as the pool builds it)
     streams to the driver with 8 streams at once, fast path vs litellm, and the chunks per CPU-second the actor
     spends (its process's CPU time), i.e. what it sustains on one core.
 
@@ -180,13 +180,14 @@ async def bench_pool(base_url: str, fast_path: bool, rounds: int) -> tuple[float
     """(chunks per second to the driver, chunks per CPU-second of the actor) for 8 concurrent streams."""
     import ray
 
+    from think_actors.model_pool import ModelServer, PooledModel
     from think_actors.models import ModelRequest
-    from think_actors.runtime import ModelServer, RuntimeConfig, _PooledModel
+    from think_actors.runtime import RuntimeConfig
 
     actor = ModelServer.options(name=f"bench-model-server-{fast_path}-{time.time_ns()}").remote(  # type: ignore[attr-defined]
         RuntimeConfig(fast_model_path=fast_path)
     )
-    pooled = _PooledModel([actor])
+    pooled = PooledModel([actor])
     request = ModelRequest(
         model="openai/scripted",
         messages=MESSAGES,

@@ -2,12 +2,20 @@
 
 (a) a 500-chunk turn streamed driver <- agent actor vs the same turn in process: wall time ratio and the time to
     first chunk added (targets: ratio <= 1.3, TTFC added <= 5 ms). Measured unpaced (raw overhead: the scripted
-    model answers instantly) and paced (the model waits 200 ms before each step, as a provider would).
+    model answers instantly) and paced (the model waits 200 ms before each step, as a provider would). Beside it,
+    in the same rounds, Ray's own floor: a bare actor's streamed call shaped like the turn's (two items, a turn's
+    two batches; paced: three items 200 ms apart) to the driver, less the same stream in process. Target for the
+    ms the actor adds: <= the floor + 1 ms.
 (b) 8 children fanned out in parallel vs one child, children's model waiting 200 ms per step (target <= 1.5x
     the single child's wall time). Children are warm actors (spawned once, before timing).
 (c) resident memory (RSS) of one idle agent actor (target <= 60 MiB).
+(d) the agent -> model-server hop: a 500-chunk model answer in an agent actor whose model is a model-server actor
+    (the pool's path: ``PooledModel`` -> a ``ModelServer``-like actor streaming scripted events through the same
+    batches) vs the same agent actor with the same scripted model in its own process, timed by the agent's turn
+    (request -> first event, -> last event); the ms the hop adds vs Ray's actor -> actor floor (a bare actor
+    taking two items from another), target <= the floor + 1 ms.
 
-Usage: python scripts/bench_ray.py [--turns 20]
+Usage: python scripts/bench_ray.py [--turns 20] [--streams-only]  (--streams-only: (a) and (d), no (b) or (c))
 """
 
 from __future__ import annotations
@@ -25,60 +33,111 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
-from bench_agents import BareActor, FanOutLead, StreamAgent, fan_out_script
+from bench_agents import (
+    EVENT_SERVER,
+    BareActor,
+    EventServer,
+    FanOutLead,
+    HopAgent,
+    StreamAgent,
+    bare_stream,
+    fan_out_script,
+)
 
 import think_actors as ta
+from think_actors.runtime import RuntimeConfig
 
 CHUNKS = 500
 PACE_S = 0.2
 
 
-async def timed_stream(stream: Any) -> tuple[float, float, int]:
-    """(seconds to first chunk, seconds in all, chunks)."""
+async def timed_stream(stream: Any, first_type: str | None = None) -> tuple[float, float, int]:
+    """(seconds to the first chunk, or to the first of ``first_type``; seconds in all; chunks)."""
     start = time.perf_counter()
     first = 0.0
     count = 0
-    async for _ in stream:
-        if count == 0:
+    async for chunk in stream:
+        if not first and (chunk.type == first_type if first_type else True):
             first = time.perf_counter() - start
         count += 1
     return first, time.perf_counter() - start, count
 
 
+async def floor_once(actor: Any, items: int = 2, pause_s: float = 0.0) -> float:
+    """Ray's own cost of a streamed call shaped like a turn's: a bare actor's ``items`` one-element items,
+    ``pause_s`` apart, to the driver, less the same stream in process."""
+    start = time.perf_counter()
+    async for _ in bare_stream(items, pause_s):
+        pass
+    local = time.perf_counter() - start
+    start = time.perf_counter()
+    async for ref in actor.stream.options(num_returns="streaming").remote(items, pause_s):
+        await ref
+    return time.perf_counter() - start - local
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    return {key: statistics.median(values) for key, values in samples.items()}
+
+
 async def bench_stream(turns: int, paced: bool, data_dir: str) -> dict[str, float]:
+    """The turn in process, streamed from an agent actor, and Ray's floor, one after the other in every round."""
     local = StreamAgent("local-" + str(paced), data_dir=data_dir)
     remote = await ta.spawn(StreamAgent, f"remote-{paced}-{time.time_ns()}")
-    results: dict[str, list[tuple[float, float]]] = {"local": [], "remote": []}
+    bare = BareActor.remote()  # type: ignore[attr-defined]
+    await bare.pid.remote()
+    samples: dict[str, list[float]] = {k: [] for k in ("local_ttfc", "local_total", "remote_ttfc", "remote_total")}
+    samples["floor"] = []
     for i in range(turns + 3):
         first, total, count = await timed_stream(local.chat("go", body={"paced": paced}))
         assert count > CHUNKS
         rfirst, rtotal, rcount = await timed_stream(remote.chat("go", body={"paced": paced}))
         assert rcount == count, (rcount, count)
+        # A paced turn crosses as three batches, its two steps 200 ms apart: the floor has that shape too.
+        floor = await floor_once(bare, 3, PACE_S) if paced else await floor_once(bare)
         if i >= 3:
-            results["local"].append((first, total))
-            results["remote"].append((rfirst, rtotal))
+            for key, value in zip(samples, (first, total, rfirst, rtotal, floor), strict=True):
+                samples[key].append(value)
         if i % 10 == 9:
             await local.clear()
             await remote.clear()
-    out = {}
-    for side, values in results.items():
-        out[side + "_ttfc"] = statistics.median(v[0] for v in values)
-        out[side + "_total"] = statistics.median(v[1] for v in values)
     await local.close()
-    return out
+    return medians(samples)
 
 
-async def bench_ray_floor(turns: int) -> float:
-    """A bare actor streaming two one-element items: Ray's own cost of a streamed call like a turn's."""
-    actor = BareActor.remote()  # type: ignore[attr-defined]
-    await actor.pid.remote()
-    times = []
-    for _ in range(turns + 3):
-        start = time.perf_counter()
-        async for ref in actor.stream.options(num_returns="streaming").remote(2):
-            await ref
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[3:])
+async def bench_model_hop(turns: int) -> dict[str, float]:
+    """An agent actor's model stream from a model-server actor vs from a model in its own process, as the agent
+    saw it (the ``data-hop`` chunk of each turn), and Ray's actor -> actor floor, one after the other each round."""
+    server = EventServer.options(name=EVENT_SERVER).remote(RuntimeConfig(), CHUNKS)  # type: ignore[attr-defined]
+    await server.model_info.remote("")
+    own = await ta.spawn(HopAgent, f"own-{time.time_ns()}")
+    pooled = await ta.spawn(HopAgent, f"pool-{time.time_ns()}")
+    source, sink = BareActor.remote(), BareActor.remote()  # type: ignore[attr-defined]
+    await asyncio.gather(source.pid.remote(), sink.pid.remote())
+    samples: dict[str, list[float]] = {k: [] for k in ("local_ttfc", "local_total", "remote_ttfc", "remote_total")}
+    samples["floor"] = []
+    for i in range(turns + 3):
+        [own_hop] = [c.data for c in await own.chat("go").collect() if c.type == "data-hop"]
+        [pool_hop] = [c.data for c in await pooled.chat("go").collect() if c.type == "data-hop"]
+        floor = await sink.stream_from.remote(source, 2)
+        if i >= 3:
+            values = (own_hop["first_s"], own_hop["total_s"], pool_hop["first_s"], pool_hop["total_s"], floor)
+            for key, value in zip(samples, values, strict=True):
+                samples[key].append(value)
+        if i % 10 == 9:
+            await own.clear()
+            await pooled.clear()
+    return medians(samples)
+
+
+def print_added(hop: str, r: dict[str, float], floor_kind: str) -> None:
+    added = (r["remote_total"] - r["local_total"]) * 1e3
+    floor = r["floor"] * 1e3
+    verdict = "met" if added <= floor + 1 else "NOT met"
+    print(
+        f"      {hop} adds {added:.2f} ms; Ray's floor ({floor_kind}) {floor:.2f} ms; "
+        f"target <= {floor + 1:.2f} ms: {verdict} (added - floor {added - floor:+.2f} ms)"
+    )
 
 
 def memory(pid: int) -> tuple[float, float, float]:
@@ -102,21 +161,23 @@ async def bench_fan_out(children: int, turns: int) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=20)
+    parser.add_argument("--streams-only", action="store_true", help="only (a) and (d)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         ta.init(num_cpus=2, data_dir=data_dir)
         try:
             unpaced = await bench_stream(args.turns, False, data_dir)
             paced = await bench_stream(max(3, args.turns // 4), True, data_dir)
-            one = await bench_fan_out(1, 3)
-            eight = await bench_fan_out(8, 3)
-            floor = await bench_ray_floor(args.turns)
-            idle = await ta.spawn(StreamAgent, f"idle-{time.time_ns()}")
-            bare = BareActor.remote()  # type: ignore[attr-defined]
-            bare_pid = await bare.pid.remote()
-            await asyncio.sleep(2)  # let both settle after start-up
-            agent_mem = memory((await idle.info())["pid"])
-            bare_mem = memory(bare_pid)
+            hop = await bench_model_hop(args.turns)
+            if not args.streams_only:
+                one = await bench_fan_out(1, 3)
+                eight = await bench_fan_out(8, 3)
+                idle = await ta.spawn(StreamAgent, f"idle-{time.time_ns()}")
+                bare = BareActor.remote()  # type: ignore[attr-defined]
+                bare_pid = await bare.pid.remote()
+                await asyncio.sleep(2)  # let both settle after start-up
+                agent_mem = memory((await idle.info())["pid"])
+                bare_mem = memory(bare_pid)
         finally:
             ta.shutdown()
     print(f"Ray runtime, local Ray on this machine, median of {args.turns} turns")
@@ -130,19 +191,29 @@ async def main() -> None:
             f"      ratio {r['remote_total'] / r['local_total']:.2f} (target <= 1.3), "
             f"first chunk added {(r['remote_ttfc'] - r['local_ttfc']) * 1e3:.2f} ms (target <= 5)"
         )
-    print(
-        f"(b) fan-out, children's model waits {PACE_S * 1000:.0f} ms per step: 1 child {one:.3f} s, "
-        f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)"
-    )
-    print(f"    Ray's own floor for a streamed call of 2 items from a bare actor: {floor * 1e3:.2f} ms")
-    print(
-        f"(c) idle agent actor:  RSS {agent_mem[0]:.1f} MiB, USS {agent_mem[1]:.1f} MiB, PSS {agent_mem[2]:.1f} MiB "
-        "(target <= 60)"
-    )
-    print(
-        f"    bare Ray actor:     RSS {bare_mem[0]:.1f} MiB, USS {bare_mem[1]:.1f} MiB, PSS {bare_mem[2]:.1f} MiB "
-        "(RSS counts ~40 MiB of libraries shared by every Ray worker)"
-    )
+        shape = f"3 items {PACE_S * 1000:.0f} ms apart" if r is paced else "2 items"
+        print_added("driver <- agent actor", r, f"to the driver, {shape}")
+    if not args.streams_only:
+        print(
+            f"(b) fan-out, children's model waits {PACE_S * 1000:.0f} ms per step: 1 child {one:.3f} s, "
+            f"8 children {eight:.3f} s, ratio {eight / one:.2f} (target <= 1.5)"
+        )
+        print(
+            f"(c) idle agent actor:  RSS {agent_mem[0]:.1f} MiB, USS {agent_mem[1]:.1f} MiB, "
+            f"PSS {agent_mem[2]:.1f} MiB (target <= 60)"
+        )
+        print(
+            f"    bare Ray actor:     RSS {bare_mem[0]:.1f} MiB, USS {bare_mem[1]:.1f} MiB, PSS {bare_mem[2]:.1f} MiB "
+            "(RSS counts ~40 MiB of libraries shared by every Ray worker)"
+        )
+    print(f"(d) {CHUNKS}-chunk model answer as an agent actor's turn sees it (request -> first event, -> last event):")
+    for label, first, total in (
+        ("own model", "local_ttfc", "local_total"),
+        ("model server", "remote_ttfc", "remote_total"),
+    ):
+        print(f"      {label:13} first event {hop[first] * 1e3:6.2f} ms   stream {hop[total] * 1e3:7.2f} ms")
+    print(f"      first event added {(hop['remote_ttfc'] - hop['local_ttfc']) * 1e3:.2f} ms")
+    print_added("agent <- model-server actor", hop, "actor -> actor, 2 items")
 
 
 if __name__ == "__main__":

@@ -73,26 +73,30 @@ def record_provisioned(namespace: str, path: str, agent_class: type[Any], name: 
     return True
 
 
+def _get(namespace: str, path: str) -> tuple[AgentRecord, bytes] | None:
+    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
+    return None if raw is None else _decode(path, raw)
+
+
 def mark_hibernated(namespace: str, path: str) -> None:
     """The agent's actor is exiting for want of work; its record stays, so it can be woken."""
-    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
-    if raw is None:
-        return
-    record, args = _decode(path, raw)
-    _put(namespace, path, record.agent_class, record.node_id, False, args)
+    found = _get(namespace, path)
+    if found is not None:
+        record, args = found
+        _put(namespace, path, record.agent_class, record.node_id, False, args)
 
 
 def lookup(namespace: str, path: str) -> AgentRecord | None:
-    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
-    return None if raw is None else _decode(path, raw)[0]
+    found = _get(namespace, path)
+    return None if found is None else found[0]
 
 
 def spawn_args(namespace: str, path: str) -> tuple[type[Any], str, dict[str, Any]] | None:
     """``(agent_class, name, options)`` the agent was started with, or None for an agent never started."""
-    raw = internal_kv._internal_kv_get(_key(namespace, path), namespace=_KV_NAMESPACE)
-    if raw is None:
+    found = _get(namespace, path)
+    if found is None:
         return None
-    agent_class, name, options = cloudpickle.loads(_decode(path, raw)[1])
+    agent_class, name, options = cloudpickle.loads(found[1])
     return agent_class, name, options
 
 

@@ -491,9 +491,9 @@ class Gateway:
             if not ws.closed:
                 await self._offer_resume(ws, room, probe)
 
-        async def send(frame: dict[str, Any], live: bool = True) -> None:
+        async def send(frame: dict[str, Any]) -> None:
             stream.frames.append(frame)
-            await room.send(protocol.dumps(frame), live=live)
+            await room.send(protocol.dumps(frame), live=True)
             if started is not None:
                 started.set()
 

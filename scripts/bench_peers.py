@@ -14,10 +14,12 @@ What each path does, per turn and per chunk:
   (turn record, chunk log, effect ledger around the tool call). Per chunk the engine builds a ``TextDeltaChunk``
   (a pydantic model), folds it into the reply message (the accumulator), adds it to the chunk log and hands it
   up through its stream generators to the caller, which keeps ``chunk.delta`` of every ``TextDeltaChunk``; the
-  chunk log is written to SQLite in batches of 32 deltas (or 50 ms), and at once at the tool call's input and
-  output and at a step's end that closes content, one transaction per batch. Per turn it runs every hook, writes
-  the turn record with the user message (one transaction) and the reply with the record's removal (one
-  transaction), and the tool call's effect record before and after it runs. The conversation is cleared
+  chunk log is written to SQLite in batches of 128 chunks (or 50 ms), the tool call's input in the same
+  transaction as its effect record's start and its output in the same one as the record's end. Per turn it runs
+  every hook, writes the turn record with the user message (one transaction), the effect record before and after
+  the tool runs (one each), and the reply with the record's removal (one); with 200 chunks, five SQLite
+  transactions in all (the text goes in one batch; the rest is still buffered when the reply is written). The
+  conversation is cleared
   (untimed) before each turn, so every path starts each turn from the same single user message (bench_turn
   clears every 50 turns, so its figures carry up to 50 turns of history). Two more rows, for scale, are the same
   path with bench_turn's ``ledger_off()`` (messages still in SQLite, one write each) and with a ``MemoryStore``

@@ -883,8 +883,9 @@ _WRITES = frozenset(
 
 
 class LoggedStore:
-    """A MemoryStore's methods with every write logged by name (a chunk batch by its chunk types); ``hide`` names
-    methods the store does not have, as a store written before them."""
+    """A MemoryStore's methods with every write logged by name (a chunk batch by its chunk types, an effect write
+    that carries chunks as ``(name, types)`` too); ``hide`` names methods the store does not have, as a store written
+    before them (``"chunks"``: effect methods without the ``chunks`` parameter)."""
 
     def __init__(self, hide: tuple[str, ...] = ()) -> None:
         self.inner = ta.MemoryStore()
@@ -897,6 +898,13 @@ class LoggedStore:
         method = getattr(self.inner, name)
         if name not in _WRITES:
             return method
+        if name in ("start_effect", "finish_effect") and "chunks" not in self.hide:
+
+            async def effect(*args: Any, chunks: Any = (), **kwargs: Any) -> Any:
+                self.writes.append((name, [c["type"] for c in chunks]) if chunks else name)
+                return await method(*args, chunks=chunks, **kwargs)
+
+            return effect
 
         async def logged(*args: Any, **kwargs: Any) -> Any:
             self.writes.append((name, [c["type"] for c in args[1]]) if name == "append_chunks" else name)
@@ -905,7 +913,11 @@ class LoggedStore:
         return logged
 
 
-@pytest.mark.parametrize("hide", [(), ("begin_turn", "end_turn")], ids=["batched", "single-writes"])
+@pytest.mark.parametrize(
+    "hide",
+    [(), ("begin_turn", "end_turn"), ("chunks",)],
+    ids=["batched", "single-writes", "effects-without-chunks"],
+)
 async def test_a_turn_writes_its_record_with_its_input_and_its_reply_with_the_record_removal(
     hide: tuple[str, ...],
 ) -> None:
@@ -922,23 +934,19 @@ async def test_a_turn_writes_its_record_with_its_input_and_its_reply_with_the_re
     assert result.status == "completed"
     # The record goes in with the input, the reply with the record's removal: one write each where the store can.
     first, last = (
-        (["begin_turn"], ["end_turn"])
-        if not hide
-        else (["put_turn", "append_message"], ["upsert_message", "delete_turn"])
+        (["put_turn", "append_message"], ["upsert_message", "delete_turn"])
+        if "begin_turn" in hide
+        else (["begin_turn"], ["end_turn"])
     )
-    assert store.writes == [
-        *first,
-        (
-            "append_chunks",
-            ["start-step", "tool-input-start", "tool-input-delta", "tool-input-delta", "tool-input-available"],
-        ),
-        "start_effect",
-        "finish_effect",
-        ("append_chunks", ["tool-output-available"]),
-        # The step's end alone changes nothing recovery rebuilds: it goes out with the next step's batch.
-        ("append_chunks", ["finish-step", "start-step", "text-start", "text-delta", "text-end", "finish-step"]),
-        *last,
-    ]
+    call_input = ["start-step", "tool-input-start", "tool-input-delta", "tool-input-delta", "tool-input-available"]
+    # The log so far goes in with the effect's start (the call's input among it), its result with the effect's end;
+    # the second step's chunks are still in the buffer when the turn ends, so the record's removal is all they need.
+    effects = (
+        [("append_chunks", call_input), "start_effect", "finish_effect", ("append_chunks", ["tool-output-available"])]
+        if "chunks" in hide
+        else [("start_effect", call_input), ("finish_effect", ["tool-output-available"])]
+    )
+    assert store.writes == [*first, *effects, *last]
     assert transcript(agent) == [("user", "go"), ("assistant", "done")]
     assert [(m.role, m.text) for m in await store.inner.load_messages()] == transcript(agent)
     assert await store.inner.list_turns() == []
@@ -955,10 +963,77 @@ async def test_a_submission_turn_stores_its_reply_before_its_final_status() -> N
         "update_submission",  # running
         "begin_turn",
         "update_submission",  # messages applied
-        ("append_chunks", ["start-step", "text-start", "text-delta", "text-end", "finish-step"]),
+        # The reply's chunks never needed a batch of their own: the stored reply holds them all.
         "upsert_message",
         "update_submission",  # completed
         "end_turn",
         "update_submission",  # the drain's closing no-op (the row is no longer running)
     ]
     assert transcript(agent) == [("user", "go"), ("assistant", "done")]
+
+
+class LogWatcher(ta.Think):
+    """Snapshots the turn's chunk log and effects while its tools run, after them, and at the next step."""
+
+    seen: dict[str, Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen = {}
+
+    async def snapshot(self, label: str, request_id: str) -> None:
+        store = self._engine.store
+        self.seen[label] = (
+            [c["type"] for c in await store.load_chunks(request_id)],
+            sorted((e.tool_call_id, e.status) for e in await store.list_effects(request_id)),
+        )
+
+    @ta.tool
+    async def lookup(self, q: str, ctx: ta.ToolContext) -> str:
+        """Look it up."""
+        await self.snapshot(f"running {q}", ctx.request_id)
+        return "found"
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        await self.snapshot(f"after {ctx.input['q']}", ctx.request_id)
+
+    async def before_step(self, ctx: ta.StepContext) -> ta.StepConfig | None:
+        if ctx.step_number == 1:
+            await self.snapshot("next step", ctx.request_id)
+        return None
+
+
+CALL_INPUT = ["tool-input-start", "tool-input-delta", "tool-input-delta", "tool-input-available"]
+
+
+async def test_a_lone_call_is_logged_with_its_effect_writes_and_nothing_twice() -> None:
+    agent = LogWatcher(
+        model=ScriptedModel([tool_call("lookup", {"q": "x"}, id="c1"), text("done")]), store=ta.MemoryStore()
+    )
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed"
+    logged_input = ["start-step", *CALL_INPUT]
+    # While the tool runs, its input is in the log and its effect is started: a crash now leaves it in doubt.
+    assert agent.seen["running x"] == (logged_input, [("c1", "started")])
+    # Its result went in with its effect's end, before after_tool_call and before anyone saw it.
+    assert agent.seen["after x"] == ([*logged_input, "tool-output-available"], [("c1", "finished")])
+    # The result reached the stream after that write and was not logged again.
+    assert agent.seen["next step"] == agent.seen["after x"]
+    assert await agent._engine.store.list_turns() == []
+
+
+async def test_calls_side_by_side_have_every_input_logged_before_any_effect_starts() -> None:
+    model = ScriptedModel(
+        [step(tool_call("lookup", {"q": "a"}, id="c1"), tool_call("lookup", {"q": "b"}, id="c2")), text("done")]
+    )
+    agent = LogWatcher(model=model, store=ta.MemoryStore())
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed"
+    for q in ("a", "b"):
+        types, effects = agent.seen[f"running {q}"]
+        assert types.count("tool-input-available") == 2, types
+        assert ("c1" if q == "a" else "c2", "started") in effects
+    types, effects = agent.seen["next step"]
+    assert types.count("tool-output-available") == 2 and effects == [("c1", "finished"), ("c2", "finished")]

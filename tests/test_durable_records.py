@@ -441,6 +441,45 @@ async def test_unstorable_effect_writes_nothing(store: AnyStore) -> None:
     assert await store.get_effect("lead/r1/c1") is None
 
 
+async def test_effect_writes_carry_the_chunk_log_in_order(store: AnyStore) -> None:
+    # The turn engine logs a call's input with its effect's start and its result with its end: one write each.
+    await store.append_chunks("r1", [{"type": "start-step"}])
+    call_input = {"type": "tool-input-available", "tool_call_id": "c1", "input": {"q": "ray"}}
+    assert await store.start_effect(effect("c1"), chunks=[{"type": "tool-input-start"}, call_input]) == effect("c1")
+    # The chunks of a finish go to the log of the effect's own request.
+    await store.start_effect(effect("x1", request_id="r2"))
+    result = {"type": "tool-output-available", "tool_call_id": "c1", "output": [1, 2]}
+    await store.finish_effect("lead/r1/c1", output=[1, 2], chunks=[result])
+    await store.finish_effect("lead/r2/x1", output="ok", chunks=[{"type": "data-note", "data": "r2"}])
+    assert await store.load_chunks("r1") == [{"type": "start-step"}, {"type": "tool-input-start"}, call_input, result]
+    assert await store.load_chunks("r2") == [{"type": "data-note", "data": "r2"}]
+    assert [(e.tool_call_id, e.status, e.output) for e in await store.list_effects("r1")] == [
+        ("c1", "finished", [1, 2])
+    ]
+    # An existing effect's start still appends the chunks (a recovered turn's new log) and returns the stored record.
+    again = await store.start_effect(effect("c1", started_at=99.0), chunks=[{"type": "start-step"}])
+    assert again.status == "finished"
+    assert (await store.load_chunks("r1"))[-1] == {"type": "start-step"}
+
+
+async def test_effect_writes_with_chunks_are_all_or_nothing(store: AnyStore) -> None:
+    await store.append_chunks("r1", [{"type": "start-step"}])
+    with pytest.raises(StoreError):
+        await store.start_effect(effect("c1"), chunks=[{"type": "data-x", "data": object()}])
+    assert await store.get_effect("lead/r1/c1") is None
+    with pytest.raises(StoreError):  # an unstorable input: the chunks before it are not written either
+        await store.start_effect(effect("c1", input={"file": object()}), chunks=[{"type": "tool-input-start"}])
+    assert await store.load_chunks("r1") == [{"type": "start-step"}]
+    await store.start_effect(effect("c1"))
+    with pytest.raises(StoreError):
+        await store.finish_effect("lead/r1/c1", output=1, chunks=[{"type": "data-x", "data": object()}])
+    with pytest.raises(StoreError) as raised:
+        await store.finish_effect("lead/r1/ghost", output=1, chunks=[{"type": "tool-output-available"}])
+    assert raised.value.message == "cannot finish effect 'lead/r1/ghost': it was never started"
+    assert await store.get_effect("lead/r1/c1") == effect("c1")
+    assert await store.load_chunks("r1") == [{"type": "start-step"}]
+
+
 async def test_list_effects_in_start_order_per_request(store: AnyStore) -> None:
     # started_at runs backwards to show the order is the order of start_effect calls.
     await store.start_effect(effect("c1", started_at=30.0))

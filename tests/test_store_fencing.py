@@ -67,6 +67,10 @@ FENCED_WRITES: dict[str, Callable[[ta.Store], Awaitable[Any]]] = {
     "append_chunks": lambda s: s.append_chunks("r1", [{"type": "finish"}]),
     "start_effect": lambda s: s.start_effect(effect("c2")),
     "finish_effect": lambda s: s.finish_effect("lead/a/r1/c1", output="late"),
+    "start_effect_with_chunks": lambda s: s.start_effect(effect("c2"), chunks=[{"type": "start-step"}]),
+    "finish_effect_with_chunks": lambda s: s.finish_effect(
+        "lead/a/r1/c1", output="late", chunks=[{"type": "tool-output-available", "toolCallId": "c1"}]
+    ),
     "clear_turn_state": lambda s: s.clear_turn_state(),
     "begin_turn": lambda s: s.begin_turn(turn("r2"), [user_message("late", id="late")]),
     "end_turn": lambda s: s.end_turn("r1", reply("late reply", id="late")),

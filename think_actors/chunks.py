@@ -7,9 +7,10 @@ accumulator. On the wire they use the AI SDK's ``UIMessageChunk`` JSON (``{"type
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Tag, TypeAdapter, field_validator
+from pydantic import BaseModel, Discriminator, Tag, TypeAdapter, field_validator
 
 from .messages import (
     SETTLED_STATES,
@@ -339,6 +340,41 @@ _CHUNK_ADAPTER: TypeAdapter[Any] = TypeAdapter(UIChunk)
 def chunk_classes() -> tuple[type[WireModel], ...]:
     """Every chunk class (``data-*`` chunks are DataChunk), in a fixed order."""
     return (*_CHUNK_CLASSES, DataChunk)
+
+
+def _slot_setter(name: str) -> Callable[[Any, Any], None]:
+    """The setter of one of BaseModel's slots (``__dict__``, ``__pydantic_fields_set__`` ...), bypassing frozen."""
+    descriptor: Any = BaseModel.__dict__[name]
+    setter: Callable[[Any, Any], None] = descriptor.__set__
+    return setter
+
+
+_new = object.__new__
+_set_dict = _slot_setter("__dict__")
+_set_fields_set = _slot_setter("__pydantic_fields_set__")
+_set_extra = _slot_setter("__pydantic_extra__")
+_set_private = _slot_setter("__pydantic_private__")
+
+
+def trusted_builder(cls: type[BaseModel]) -> Callable[[dict[str, Any]], Any]:
+    """A constructor of ``cls`` from all its fields (``type`` included) that skips validation.
+
+    For fields already known to be valid: a chunk that crossed an actor boundary (its sender validated it) or
+    one the engine builds from values of the right types. The object equals the validated one, with every field
+    in its fields-set. ~0.5 µs instead of ~1.2 µs per chunk.
+    """
+    if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
+        return lambda fields: cls(**fields)
+
+    def build(fields: dict[str, Any]) -> Any:
+        chunk = _new(cls)
+        _set_dict(chunk, fields)
+        _set_fields_set(chunk, set(fields))
+        _set_extra(chunk, None)
+        _set_private(chunk, None)
+        return chunk
+
+    return build
 
 
 def parse_chunk(data: dict[str, Any] | str | bytes) -> Any:

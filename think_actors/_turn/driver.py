@@ -538,6 +538,7 @@ async def _stream(
     outcome = spec.outcome
     signal = spec.signal
     acc = MessageAccumulator(attempt.message_id or new_id(), continuation=spec.continuation)
+    run.journal = journal
     steps = run_steps(run)
     status = "completed"
     failure: BaseException | None = None

@@ -3,14 +3,19 @@
 A turn writes its record when it starts and removes it when it ends, so a record left behind means a crash
 interrupted the turn. The record goes in with the turn's input and, for a completed turn, goes out with its reply:
 one write each where the store can (``Store.begin_turn`` / ``Store.end_turn``). The chunk log holds what the stream
-produced so far (reference §3.7): settled tool results and step ends are flushed at once (a step end that closes
-nothing recovery would rebuild waits for the next batch), text in small batches, always before the chunk reaches
-the caller. Every tool call records ``started`` before it runs and ``finished`` after (the effect ledger), so
-recovery can replay a finished call's result and knows which calls are in doubt.
+produced so far (reference §3.7): a tool call's result is logged before the caller sees it, in the same write as
+the effect ledger's ``finished`` when the call ran alone, else at once; a call's input goes in with its effect's
+``started``; everything else (text, reasoning, step boundaries) in batches of ``FLUSH_EVERY`` chunks or
+``FLUSH_AFTER_S``, so a crash loses at most that much text, which recovery's continuation writes again. The
+reference flushes tool outputs at once and the rest every 10 chunks; a batch here is one SQLite commit (≈10 µs),
+and at a provider's pace (tens of chunks a second) the time bound is the one that applies. Every tool call records
+``started`` before it runs and ``finished`` after, so recovery can replay a finished call's result and knows which
+calls are in doubt.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,12 +25,10 @@ from ..store import Store
 from ..store.records import EffectRecord, TurnRecord
 from .engine import Engine
 
-# Chunks that settle something: flushed at once, so a crash never loses a tool result that was reported.
-_FLUSH_NOW = frozenset({"tool-input-available", "tool-input-error", "tool-output-available", "tool-output-error"})
-# A step's end flushes the step too, unless it is all the buffer holds: the accumulator ignores it, so the message
-# recovery rebuilds is the same with it or without it, and it goes out with the next batch.
-_STEP_END = "finish-step"
-FLUSH_EVERY = 32  # text and reasoning deltas go in batches of this many ...
+# Chunks that settle a call: flushed at once, so a crash never loses a tool result that was reported. A call's input
+# (tool-input-available) is logged with its effect's start when it runs (``take``), else with the next batch.
+_FLUSH_NOW = frozenset({"tool-input-error", "tool-output-available", "tool-output-error"})
+FLUSH_EVERY = 128  # chunks go in batches of this many (every delta counts, merged or not) ...
 FLUSH_AFTER_S = 0.05  # ... or of what arrived within this long
 _DELTAS = frozenset({"text-delta", "reasoning-delta"})
 
@@ -37,7 +40,7 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_count", "_delta", "_since", "engine", "record", "reply", "resume")
+    __slots__ = ("_buffer", "_count", "_delta", "_logged", "_since", "engine", "record", "reply", "resume")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
@@ -48,6 +51,7 @@ class TurnJournal:
         self._delta: dict[str, Any] | None = None  # the buffered delta that deltas of the same part merge into
         self._count = 0  # chunks since the last flush (merged deltas count one each)
         self._since = 0.0
+        self._logged: list[Any] = []  # chunks ``take`` logged before they reached ``add``, in stream order
 
     @classmethod
     def new(
@@ -90,6 +94,9 @@ class TurnJournal:
 
     def add(self, chunk: Any) -> bool:
         """Buffer a chunk of the stream; True when the buffer must be flushed before the chunk goes out."""
+        if self._logged and chunk is self._logged[0]:
+            del self._logged[0]  # already in the log (``take``)
+            return False
         kind = chunk.type
         buffer = self._buffer
         if kind in _DELTAS:
@@ -109,7 +116,7 @@ class TurnJournal:
                 self._since = time.monotonic()
             self._delta = None
             buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
-            if kind in _FLUSH_NOW or (kind == _STEP_END and len(buffer) > 1):
+            if kind in _FLUSH_NOW:
                 self._count += 1
                 return True
         self._count += 1
@@ -121,10 +128,22 @@ class TurnJournal:
             batch, self._buffer, self._delta = self._buffer, [], None
             await self.engine.store.append_chunks(self.record.request_id, batch)
 
+    def take(self, emitted: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Empty the buffer for a write that carries the log (a tool call's effect starting or finishing), with
+        ``emitted`` (chunks of the stream that have not reached ``add`` yet, in order) logged after it: one write
+        instead of two, and ``add`` skips those chunks when they come."""
+        for chunk in emitted:
+            self.add(chunk)
+        self._logged.extend(emitted)
+        batch, self._buffer, self._delta = self._buffer, [], None
+        self._count = 0
+        return batch
+
     async def restart(self, message_id: str) -> None:
         """A new attempt of the same turn (context-overflow retry): the failed attempt's log is discarded."""
         self._buffer = []
         self._delta = None
+        self._logged = []
         await self.engine.store.delete_turn(self.record.request_id)
         self.record.message_id = message_id
         self.record.updated_at = time.time()
@@ -140,6 +159,7 @@ class TurnJournal:
         """The turn ended (whatever its status): nothing is left to recover. A held reply goes in the same write."""
         self._buffer = []
         self._delta = None
+        self._logged = []
         reply, self.reply = self.reply, None
         engine = self.engine
         store = engine.store
@@ -154,19 +174,77 @@ class TurnJournal:
 
 
 async def effect_started(
-    engine: Engine, request_id: str, tool_call_id: str, tool_name: str, input: Any
+    engine: Engine,
+    request_id: str,
+    tool_call_id: str,
+    tool_name: str,
+    input: Any,
+    journal: TurnJournal | None = None,
 ) -> tuple[str, EffectRecord | None]:
-    """Record that a call starts; returns its key, and the stored record when the call already finished."""
+    """Record that a call starts; returns its key, and the stored record when the call already finished.
+
+    With ``journal`` (the call is the only one running, so nothing else writes the log meanwhile) the turn's
+    buffered chunks, the call's input among them, go in the same write.
+    """
     key = effect_key(engine.path, request_id, tool_call_id)
-    stored = await engine.store.start_effect(
-        EffectRecord(
-            key=key,
-            request_id=request_id,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            status="started",
-            started_at=time.time(),
-            input=input,
-        )
+    record = EffectRecord(
+        key=key,
+        request_id=request_id,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        status="started",
+        started_at=time.time(),
+        input=input,
     )
+    store = engine.store
+    chunks = journal.take() if journal is not None else ()
+    if not chunks:
+        stored = await store.start_effect(record)
+    elif _takes_chunks(store, "start_effect"):
+        stored = await store.start_effect(record, chunks=chunks)
+    else:  # a store of the user's own without the parameter: the log first, as two writes
+        await store.append_chunks(request_id, chunks)
+        stored = await store.start_effect(record)
     return key, (stored if stored.status == "finished" else None)
+
+
+async def effect_finished(
+    engine: Engine,
+    request_id: str,
+    key: str,
+    output: Any,
+    error: str | None,
+    journal: TurnJournal | None = None,
+    emitted: Sequence[Any] = (),
+) -> None:
+    """Record that a call finished with ``output`` or ``error``: durable before the result is reported to anyone.
+
+    With ``journal`` (as for ``effect_started``) the turn's buffered chunks and ``emitted`` (the call's chunks not
+    yet logged, its result's last) go in the same write.
+    """
+    store = engine.store
+    chunks = journal.take(emitted) if journal is not None else ()
+    if not chunks:
+        await store.finish_effect(key, output=output, error=error)
+    elif _takes_chunks(store, "finish_effect"):
+        await store.finish_effect(key, output=output, error=error, chunks=chunks)
+    else:
+        await store.finish_effect(key, output=output, error=error)
+        await store.append_chunks(request_id, chunks)
+
+
+_TAKES_CHUNKS: dict[Any, bool] = {}
+
+
+def _takes_chunks(store: Any, name: str) -> bool:
+    """Whether a store's effect method has the ``chunks`` parameter (a store of the user's own may not).
+
+    Known once per class for a method the class defines; a method made per instance is looked at each time.
+    """
+    defined = getattr(type(store), name, None)
+    known = _TAKES_CHUNKS.get(defined) if defined is not None else None
+    if known is None:
+        known = "chunks" in inspect.signature(getattr(store, name)).parameters
+        if defined is not None:
+            _TAKES_CHUNKS[defined] = known
+    return known

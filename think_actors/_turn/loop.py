@@ -29,6 +29,7 @@ from ..chunks import (
     ToolApprovalRequestChunk,
     ToolInputDeltaChunk,
     ToolInputStartChunk,
+    trusted_builder,
     ui_finish_reason,
 )
 from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
@@ -50,10 +51,24 @@ from .overflow import proactive_messages
 from .run import TurnRun
 from .tool_calls import input_chunk, parse_calls, run_calls
 
-# The per-delta chunks, built by their pydantic validators directly: the same validation as the constructor, without
-# BaseModel.__init__'s Python frame (the hot path of a streamed reply).
-_text_delta = TextDeltaChunk.__pydantic_validator__.validate_python
-_reasoning_delta = ReasoningDeltaChunk.__pydantic_validator__.validate_python
+# The per-delta chunks (the hot path of a streamed reply), built without validation when the model client's text is
+# a str, as its id (the engine's) always is; anything else goes through validation, which says what is wrong.
+_build_text_delta = trusted_builder(TextDeltaChunk)
+_build_reasoning_delta = trusted_builder(ReasoningDeltaChunk)
+
+
+def _text_delta(part_id: str, text: Any) -> TextDeltaChunk:
+    if type(text) is str:
+        chunk: TextDeltaChunk = _build_text_delta({"type": "text-delta", "id": part_id, "delta": text})
+        return chunk
+    return TextDeltaChunk(id=part_id, delta=text)
+
+
+def _reasoning_delta(part_id: str, text: Any) -> ReasoningDeltaChunk:
+    if type(text) is str:
+        chunk: ReasoningDeltaChunk = _build_reasoning_delta({"type": "reasoning-delta", "id": part_id, "delta": text})
+        return chunk
+    return ReasoningDeltaChunk(id=part_id, delta=text)
 
 
 def _unique_id(run: TurnRun, given: str | None) -> str:
@@ -213,7 +228,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     texts.append(event.text)
                     if on_chunk is not None:
                         await on_chunk(_part(run, step_number, "text-delta", text=event.text))
-                    yield _text_delta({"id": text_id, "delta": event.text})
+                    yield _text_delta(text_id, event.text)
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:
@@ -222,7 +237,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                         if reasoning_id is None:
                             reasoning_id = new_id()
                             yield ReasoningStartChunk(id=reasoning_id)
-                        yield _reasoning_delta({"id": reasoning_id, "delta": event.text})
+                        yield _reasoning_delta(reasoning_id, event.text)
                 elif isinstance(event, ToolCallDelta):
                     entry = raw_calls.get(event.index)
                     if entry is None:

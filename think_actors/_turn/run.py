@@ -89,6 +89,7 @@ class TurnRun:
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
     stats: TurnStats = field(default_factory=TurnStats)  # shared by the turn's attempts
+    journal: Any = None  # the attempt's TurnJournal while its stream runs (tool calls write the log with effects)
 
     @property
     def agent(self) -> Any:

@@ -20,7 +20,7 @@ from ..chunks import (
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
 from ..tools import Tool, ToolContext, ToolInputError, _jsonable
 from .engine import Engine
-from .journal import effect_started
+from .journal import effect_finished, effect_started
 
 if TYPE_CHECKING:
     from .run import TurnRun
@@ -125,21 +125,24 @@ def _as_input(validated: Any) -> Any:
     return validated.model_dump() if isinstance(validated, BaseModel) else validated
 
 
-async def _execute(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
+async def _execute(run: TurnRun, call: ParsedCall, emit: Any, emitted: list[Any] | None = None) -> ToolResult:
     """Run one call through before_tool_call / the tool / after_tool_call; never raises (but on cancel).
 
     While it runs, ``agent.emit`` from its hooks and its function goes to ``emit`` too, so everything of this
     call (forwarded child chunks, its output, what after_tool_call emits) reaches the stream in order.
+    ``emitted`` is the list ``emit`` appends to when the call runs alone: its effect writes then carry the turn's
+    chunk log (the journal's buffer, then what the call emitted, then its result).
     """
     token = Engine.enter_tool_sink(run.engine, emit)
     try:
-        return await _execute_call(run, call, emit)
+        return await _execute_call(run, call, emit, emitted)
     finally:
         Engine.leave_tool_sink(token)
 
 
-async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult:
+async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list[Any] | None) -> ToolResult:
     assert call.tool is not None
+    journal = run.journal if emitted is not None else None
     agent = run.agent
     tool = call.tool
     started = time.perf_counter()
@@ -173,7 +176,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
             )
             # The effect ledger: "started" is durable before the tool can have any effect.
             effect, recorded = await effect_started(
-                run.engine, run.request_id, call.tool_call_id, call.tool_name, call.input
+                run.engine, run.request_id, call.tool_call_id, call.tool_name, call.input, journal
             )
             if recorded is not None:  # it already ran to its end: replay the result, never run it again
                 output, error = recorded.output, recorded.error
@@ -195,15 +198,25 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any) -> ToolResult
         raise
     except Exception as err:  # a tool's failure is a result the model sees, never a crashed turn
         error = str(err) or type(err).__name__
+    reported = (
+        ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output)
+        if error is None
+        else ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=error)
+    )
     if effect is not None:  # durable before the result is reported to anyone
-        await run.engine.store.finish_effect(effect, output=output if error is None else None, error=error)
+        await effect_finished(
+            run.engine,
+            run.request_id,
+            effect,
+            output if error is None else None,
+            error,
+            journal,
+            [*emitted, reported] if journal is not None and emitted is not None else (),
+        )
     duration_ms = (time.perf_counter() - started) * 1000
     outcome = "error" if error is not None else "blocked" if isinstance(decision, Block) else "ok"
     run.stats.add_tool_call(call.tool_name, outcome)
-    if error is None:
-        emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output))
-    else:
-        emit(ToolOutputErrorChunk(tool_call_id=call.tool_call_id, error_text=error))
+    emit(reported)
     await agent.after_tool_call(
         ToolCallResultContext(
             request_id=run.request_id,
@@ -229,12 +242,15 @@ async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolRes
         pending: list[Any] = []
         run.signal.enter_wait()
         try:
-            results.append(await _execute(run, calls[0], pending.append))
+            results.append(await _execute(run, calls[0], pending.append, pending))
         finally:
             run.signal.leave_wait()
         for chunk in pending:
             yield chunk
         return
+    if run.journal is not None:
+        # Calls running side by side write their effects on their own: the log holds their inputs first.
+        await run.journal.flush()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     done = object()
 

@@ -180,12 +180,24 @@ class Store(Protocol):
 
     # -- the effect ledger ------------------------------------------------------------------------------------
 
-    async def start_effect(self, record: EffectRecord) -> EffectRecord:
-        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+    async def start_effect(self, record: EffectRecord, *, chunks: Sequence[dict[str, Any]] = ()) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way.
+
+        ``chunks`` are appended to the chunk log of ``record.request_id`` first, in the same atomic write (the
+        turn's log up to the call goes in with it). Optional for a store of your own: a ``start_effect`` without
+        the parameter gets them in an ``append_chunks`` just before.
+        """
         ...
 
-    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
-        """Mark the effect ``finished`` with its output or error (durable on return)."""
+    async def finish_effect(
+        self, key: str, *, output: Any = None, error: str | None = None, chunks: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Mark the effect ``finished`` with its output or error (durable on return).
+
+        ``chunks`` are appended to the chunk log of the effect's request in the same atomic write (the result's
+        chunk goes in with it). Optional, as for ``start_effect``: without the parameter they are appended just
+        after.
+        """
         ...
 
     async def get_effect(self, key: str) -> EffectRecord | None: ...

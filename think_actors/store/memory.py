@@ -285,14 +285,23 @@ class MemoryStore:
 
     # -- the effect ledger -------------------------------------------------------------------------------------
 
-    async def start_effect(self, record: EffectRecord) -> EffectRecord:
-        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+    async def start_effect(self, record: EffectRecord, *, chunks: Sequence[dict[str, Any]] = ()) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way.
+
+        ``chunks`` go to the request's chunk log first, all or nothing with the effect.
+        """
         self._check_open()
         row = effect_row(record)
+        bodies = [pack(chunk) for chunk in chunks]  # a chunk that cannot be stored writes nothing
+        if bodies:
+            self._chunks.setdefault(record.request_id, []).extend(bodies)
         return effect_record(self._effects.setdefault(record.key, row))
 
-    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
-        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites).
+    async def finish_effect(
+        self, key: str, *, output: Any = None, error: str | None = None, chunks: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites),
+        and append ``chunks`` to its request's chunk log, all or nothing.
 
         Raises ``StoreError`` for an unknown key.
         """
@@ -301,7 +310,10 @@ class MemoryStore:
         row = self._effects.get(key)
         if row is None:
             raise StoreError(f"cannot finish effect {key!r}: it was never started")
+        bodies = [pack(chunk) for chunk in chunks]
         row.update(columns)
+        if bodies:
+            self._chunks.setdefault(row["request_id"], []).extend(bodies)
 
     async def get_effect(self, key: str) -> EffectRecord | None:
         self._check_open()

@@ -167,15 +167,28 @@ _APPEND_CHUNKS = _fenced(
 )
 _LOAD_CHUNKS = f"SELECT body FROM {_S}.chunks WHERE agent = $1 AND request_id = $2 ORDER BY seq"
 _EFFECT_SELECT = f"SELECT {_names(EFFECT_COLUMNS)} FROM {_S}.effects"
-_START_EFFECT = _fenced(
+# The effect writes, as CTEs: alone, or with a batch of the request's chunk log in the same statement.
+_N_EFFECT = len(EFFECT_COLUMNS)
+_INSERT_EFFECT = (
     f"w AS (INSERT INTO {_S}.effects (agent, {_names(EFFECT_COLUMNS)}) "
-    f"SELECT $1, {_params(3, len(EFFECT_COLUMNS))} FROM lease WHERE lease.generation = $2 "
-    "ON CONFLICT (agent, key) DO NOTHING RETURNING 1)",
+    f"SELECT $1, {_params(3, _N_EFFECT)} FROM lease WHERE lease.generation = $2 "
+    "ON CONFLICT (agent, key) DO NOTHING RETURNING 1)"
+)
+_UPDATE_EFFECT = (
+    f"w AS (UPDATE {_S}.effects AS e SET status = $4, output = $5, error = $6, finished_at = $7 FROM lease "
+    "WHERE lease.generation = $2 AND e.agent = $1 AND e.key = $3 RETURNING e.request_id)"
+)
+_START_EFFECT = _fenced(_INSERT_EFFECT, count="(SELECT count(*) FROM w)")
+_START_EFFECT_LOGGED = _fenced(  # the chunks' request id and body follow the effect's columns
+    f"c AS (INSERT INTO {_S}.chunks (agent, request_id, body) SELECT $1, ${3 + _N_EFFECT}, ${4 + _N_EFFECT} "
+    "FROM lease WHERE lease.generation = $2)",
+    _INSERT_EFFECT,
     count="(SELECT count(*) FROM w)",
 )
-_FINISH_EFFECT = _fenced(
-    f"w AS (UPDATE {_S}.effects AS e SET status = $4, output = $5, error = $6, finished_at = $7 FROM lease "
-    "WHERE lease.generation = $2 AND e.agent = $1 AND e.key = $3 RETURNING 1)",
+_FINISH_EFFECT = _fenced(_UPDATE_EFFECT, count="(SELECT count(*) FROM w)")
+_FINISH_EFFECT_LOGGED = _fenced(  # the chunks go under the request of the effect the update found
+    _UPDATE_EFFECT,
+    f"c AS (INSERT INTO {_S}.chunks (agent, request_id, body) SELECT $1, w.request_id, $8 FROM w)",
     count="(SELECT count(*) FROM w)",
 )
 
@@ -451,10 +464,19 @@ class PostgresStore:
 
     # -- the effect ledger -----------------------------------------------------------------------------------------
 
-    async def start_effect(self, record: EffectRecord) -> EffectRecord:
-        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+    async def start_effect(self, record: EffectRecord, *, chunks: Sequence[dict[str, Any]] = ()) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way.
+
+        ``chunks`` go to the request's chunk log in the same statement (one row for the batch).
+        """
         row = effect_row(record)
-        if await self._write("start effect", _START_EFFECT, *row.values()) > 0:
+        if chunks:
+            written = await self._write(
+                "start effect", _START_EFFECT_LOGGED, *row.values(), record.request_id, pack(list(chunks))
+            )
+        else:
+            written = await self._write("start effect", _START_EFFECT, *row.values())
+        if written > 0:
             return effect_record(row)
         stored = await self.get_effect(record.key)
         if stored is None:  # deleted between the two statements: a cleared turn's effect
@@ -463,21 +485,20 @@ class PostgresStore:
             )
         return stored
 
-    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
-        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites).
+    async def finish_effect(
+        self, key: str, *, output: Any = None, error: str | None = None, chunks: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites),
+        and append ``chunks`` to its request's chunk log in the same statement.
 
-        Raises ``StoreError`` for an unknown key.
+        Raises ``StoreError`` for an unknown key (and writes nothing).
         """
         columns = effect_finish(output, error)
-        n = await self._write(
-            "finish effect",
-            _FINISH_EFFECT,
-            key,
-            columns["status"],
-            columns["output"],
-            columns["error"],
-            time.time(),
-        )
+        values = (key, columns["status"], columns["output"], columns["error"], time.time())
+        if chunks:
+            n = await self._write("finish effect", _FINISH_EFFECT_LOGGED, *values, pack(list(chunks)))
+        else:
+            n = await self._write("finish effect", _FINISH_EFFECT, *values)
         if n == 0:
             raise StoreError(f"cannot finish effect {key!r}: it was never started")
 

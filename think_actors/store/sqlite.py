@@ -145,6 +145,7 @@ _TURN_SELECT = f"SELECT {_names(TURN_COLUMNS)} FROM turns"
 _TURN_UPSERT = _insert_sql("turns", TURN_COLUMNS) + (
     " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
 )
+_CHUNK_INSERT = "INSERT INTO chunks (request_id, body) VALUES (?, ?)"
 _EFFECT_SELECT = f"SELECT {_names(EFFECT_COLUMNS)} FROM effects"
 _EFFECT_INSERT = _insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
 
@@ -412,7 +413,7 @@ class SQLiteStore:
         rows = [(request_id, pack(chunk)) for chunk in chunks]
         # One transaction: one commit for the batch instead of one per row, and none of it if any row fails.
         with self._fenced("append chunks") as conn:
-            conn.executemany("INSERT INTO chunks (request_id, body) VALUES (?, ?)", rows)
+            conn.executemany(_CHUNK_INSERT, rows)
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
         """The request's chunk log, in the order appended."""
@@ -444,26 +445,41 @@ class SQLiteStore:
 
     # -- the effect ledger -------------------------------------------------------------------------------------
 
-    async def start_effect(self, record: EffectRecord) -> EffectRecord:
-        """Record that a tool call starts, unless its key exists: returns the stored record either way."""
+    async def start_effect(self, record: EffectRecord, *, chunks: Sequence[dict[str, Any]] = ()) -> EffectRecord:
+        """Record that a tool call starts, unless its key exists: returns the stored record either way.
+
+        ``chunks`` go to the request's chunk log first, in the same transaction.
+        """
         row = effect_row(record)
+        rows = [(record.request_id, pack(chunk)) for chunk in chunks]
         with self._fenced("start effect") as conn:
+            if rows:
+                conn.executemany(_CHUNK_INSERT, rows)
             if conn.execute(_EFFECT_INSERT, tuple(row.values())).rowcount > 0:
                 return effect_record(row)
             stored = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
         return effect_record(dict(zip(EFFECT_COLUMNS, stored, strict=True)))
 
-    async def finish_effect(self, key: str, *, output: Any = None, error: str | None = None) -> None:
-        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites).
+    async def finish_effect(
+        self, key: str, *, output: Any = None, error: str | None = None, chunks: Sequence[dict[str, Any]] = ()
+    ) -> None:
+        """Mark the effect ``finished`` with its output or error, ``finished_at`` now (a second finish overwrites),
+        and append ``chunks`` to its request's chunk log, in one transaction.
 
-        Raises ``StoreError`` for an unknown key.
+        Raises ``StoreError`` for an unknown key (and writes nothing).
         """
         columns = {**effect_finish(output, error), "finished_at": time.time()}
         assignments = ", ".join(f'"{name}" = ?' for name in columns)
+        bodies = [pack(chunk) for chunk in chunks]
         with self._fenced("finish effect") as conn:
-            cursor = conn.execute(f"UPDATE effects SET {assignments} WHERE key = ?", [*columns.values(), key])
-        if cursor.rowcount == 0:
-            raise StoreError(f"cannot finish effect {key!r}: it was never started")
+            updated = conn.execute(
+                f"UPDATE effects SET {assignments} WHERE key = ? RETURNING request_id", [*columns.values(), key]
+            ).fetchall()
+            if not updated:
+                raise StoreError(f"cannot finish effect {key!r}: it was never started")
+            if bodies:
+                request_id = updated[0][0]
+                conn.executemany(_CHUNK_INSERT, [(request_id, body) for body in bodies])
 
     async def get_effect(self, key: str) -> EffectRecord | None:
         with self._guard("get effect") as conn:

@@ -365,11 +365,13 @@ def trusted_builder(cls: type[BaseModel]) -> Callable[[dict[str, Any]], Any]:
     """
     if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":
         return lambda fields: cls(**fields)
+    every = frozenset(cls.model_fields)  # shared by the chunks given every field (a frozen model never changes it)
+    size = len(every)
 
     def build(fields: dict[str, Any]) -> Any:
         chunk = _new(cls)
         _set_dict(chunk, fields)
-        _set_fields_set(chunk, set(fields))
+        _set_fields_set(chunk, every if len(fields) == size else set(fields))
         _set_extra(chunk, None)
         _set_private(chunk, None)
         return chunk

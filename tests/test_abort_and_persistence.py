@@ -1037,3 +1037,53 @@ async def test_calls_side_by_side_have_every_input_logged_before_any_effect_star
         assert ("c1" if q == "a" else "c2", "started") in effects
     types, effects = agent.seen["next step"]
     assert types.count("tool-output-available") == 2 and effects == [("c1", "finished"), ("c2", "finished")]
+
+
+class TextLogWatcher(ta.Think):
+    """Records the text in the turn's chunk log when chosen text deltas are produced (before the journal sees them)."""
+
+    def __init__(self, *args: Any, at: set[int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.at = at
+        self.deltas = 0
+        self.logged: dict[int, str] = {}
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        if ctx.type != "text-delta":
+            return
+        self.deltas += 1
+        if self.deltas in self.at:
+            chunks = await self._engine.store.load_chunks(ctx.request_id)
+            self.logged[self.deltas] = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+
+
+async def test_streamed_text_is_logged_every_flush_every_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from think_actors._turn import journal
+
+    monkeypatch.setattr(journal, "FLUSH_AFTER_S", 3600.0)  # only the count bound applies
+    every = journal.FLUSH_EVERY
+    # start-step and text-start count too: the first batch is written as the (every - 2)th delta goes out.
+    first, second = every - 2, 2 * every - 2
+    agent = TextLogWatcher(
+        model=ScriptedModel([text("x" * 300, chunk_size=1)]),
+        store=ta.MemoryStore(),
+        at={first, first + 1, second, second + 1},
+    )
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed" and result.message is not None and result.message.text == "x" * 300
+    assert agent.logged == {first: "", first + 1: "x" * first, second: "x" * first, second + 1: "x" * second}
+    assert await agent._engine.store.list_turns() == []  # the rest of the log never needed writing
+
+
+async def test_streamed_text_is_logged_within_flush_after_s_of_a_slow_stream() -> None:
+    from think_actors._turn import journal
+
+    pause = journal.FLUSH_AFTER_S * 2
+    model = ScriptedModel([step(text("ab", chunk_size=1), delay(pause), text("cd", chunk_size=1))])
+    agent = TextLogWatcher(model=model, store=ta.MemoryStore(), at={4})
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed" and result.message is not None and result.message.text == "abcd"
+    # The first delta after the pause found the buffer older than FLUSH_AFTER_S: it went out logged, with those before.
+    assert agent.logged == {4: "abc"}

@@ -1006,10 +1006,9 @@ class LogWatcher(ta.Think):
 CALL_INPUT = ["tool-input-start", "tool-input-delta", "tool-input-delta", "tool-input-available"]
 
 
-async def test_a_lone_call_is_logged_with_its_effect_writes_and_nothing_twice() -> None:
-    agent = LogWatcher(
-        model=ScriptedModel([tool_call("lookup", {"q": "x"}, id="c1"), text("done")]), store=ta.MemoryStore()
-    )
+async def test_a_lone_call_is_logged_with_its_effect_writes_and_nothing_twice(store: ta.Store) -> None:
+    # Every kind of store: the effect writes carry the log in one transaction (SQLite) or statement (PostgreSQL).
+    agent = LogWatcher(model=ScriptedModel([tool_call("lookup", {"q": "x"}, id="c1"), text("done")]), store=store)
     result = await agent.save_messages("go")
 
     assert result.status == "completed"
@@ -1020,7 +1019,7 @@ async def test_a_lone_call_is_logged_with_its_effect_writes_and_nothing_twice() 
     assert agent.seen["after x"] == ([*logged_input, "tool-output-available"], [("c1", "finished")])
     # The result reached the stream after that write and was not logged again.
     assert agent.seen["next step"] == agent.seen["after x"]
-    assert await agent._engine.store.list_turns() == []
+    assert await store.list_turns() == []
 
 
 async def test_calls_side_by_side_have_every_input_logged_before_any_effect_starts() -> None:

@@ -28,6 +28,7 @@ Labels stay bounded: never an agent's name or a request id; tool names come from
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class MetricsSnapshot:
 
 
 @dataclass(slots=True)
-class _Totals:
+class _Totals:  # MetricsSnapshot's fields, mutable: what the recorder adds to
     turns: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     input_tokens: int = 0
@@ -96,20 +97,8 @@ _tool_labels: set[str] = set()
 def snapshot(agent_class: str | type) -> MetricsSnapshot:
     """This process's totals for the agents of ``agent_class`` (a class or its name); zeros if none ran."""
     name = agent_class if isinstance(agent_class, str) else agent_class.__name__
-    totals = _totals.get(name) or _Totals()
-    return MetricsSnapshot(
-        turns=dict(totals.turns),
-        steps=totals.steps,
-        input_tokens=totals.input_tokens,
-        output_tokens=totals.output_tokens,
-        cost_usd=totals.cost_usd,
-        tool_calls=dict(totals.tool_calls),
-        errors=dict(totals.errors),
-        timed_turns=totals.timed_turns,
-        turn_seconds=totals.turn_seconds,
-        first_chunks=totals.first_chunks,
-        first_chunk_seconds=totals.first_chunk_seconds,
-    )
+    # asdict copies the dicts: the snapshot does not change as the totals go on.
+    return MetricsSnapshot(**dataclasses.asdict(_totals.get(name) or _Totals()))
 
 
 def enabled(agent_class: type) -> bool:

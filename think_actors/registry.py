@@ -56,20 +56,26 @@ def _put(namespace: str, path: str, agent_class: str, node_id: str, resident: bo
     internal_kv._internal_kv_put(_key(namespace, path), msgpack.packb(value), namespace=_KV_NAMESPACE)
 
 
+def _spawn(agent_class: type[Any], name: str, options: dict[str, Any]) -> tuple[str, bytes]:
+    """The record's class name and how to start the agent again (``spawn_args`` reads it back)."""
+    args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
+    return f"{agent_class.__module__}.{agent_class.__qualname__}", args
+
+
 def record_resident(
     namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any], node_id: str
 ) -> None:
     """The agent's actor is up on ``node_id``; remember how to start it again."""
-    args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
-    _put(namespace, path, f"{agent_class.__module__}.{agent_class.__qualname__}", node_id, True, args)
+    class_name, args = _spawn(agent_class, name, options)
+    _put(namespace, path, class_name, node_id, True, args)
 
 
 def record_provisioned(namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any]) -> bool:
     """Make an agent addressable before it ever ran (its first call starts it); False if it already exists."""
     if internal_kv._internal_kv_exists(_key(namespace, path), namespace=_KV_NAMESPACE):
         return False
-    args = cloudpickle.dumps((agent_class, name, options))  # type: ignore[no-untyped-call]
-    _put(namespace, path, f"{agent_class.__module__}.{agent_class.__qualname__}", "", False, args)
+    class_name, args = _spawn(agent_class, name, options)
+    _put(namespace, path, class_name, "", False, args)
     return True
 
 

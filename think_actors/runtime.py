@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -426,11 +426,16 @@ class AgentHandle:
 
     async def _invoke(self, method: str, *args: Any) -> Any:
         """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
+        return await self._resend(lambda: getattr(self._actor, method).remote(*args))
+
+    async def _resend(self, send: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``send()`` against the agent's actor, started first if it never ran; when the call found the agent
+        hibernating (so nothing of it ran), wake the agent and send it again."""
         if self._actor is None:  # provisioned, never started
             await self._wake()
         for attempt in range(_WAKE_ATTEMPTS):
             try:
-                return await getattr(self._actor, method).remote(*args)
+                return await send()
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
                 if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
                     await self._wake()
@@ -605,18 +610,13 @@ class AgentHandle:
         Returns once the subscription is live in the actor; the callback runs in this process (an async one is
         awaited in order). Call the returned function to unsubscribe.
         """
-        if self._actor is None:  # provisioned, never started
-            await self._wake()
-        for attempt in range(_WAKE_ATTEMPTS):
+
+        async def subscribe() -> Any:
             generator = self._actor.events.options(num_returns="streaming").remote(channel)
-            try:
-                await (await generator.__anext__())  # the actor subscribed (or refused the channel)
-                break
-            except (RayTaskError, RayActorError, ActorUnavailableError) as err:
-                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
-                    await self._wake()
-                    continue
-                raise _unwrap(err) from None
+            await (await generator.__anext__())  # the actor subscribed (or refused the channel)
+            return generator
+
+        generator = await self._resend(subscribe)
         task = asyncio.ensure_future(_deliver_events(generator, callback))
 
         def unsubscribe() -> None:

@@ -196,15 +196,8 @@ async def effect_started(
         started_at=time.time(),
         input=input,
     )
-    store = engine.store
     chunks = journal.take() if journal is not None else ()
-    if not chunks:
-        stored = await store.start_effect(record)
-    elif _takes_chunks(store, "start_effect"):
-        stored = await store.start_effect(record, chunks=chunks)
-    else:  # a store of the user's own without the parameter: the log first, as two writes
-        await store.append_chunks(request_id, chunks)
-        stored = await store.start_effect(record)
+    stored = await _carrying(engine.store, "start_effect", request_id, chunks, True, record)
     return key, (stored if stored.status == "finished" else None)
 
 
@@ -222,15 +215,32 @@ async def effect_finished(
     With ``journal`` (as for ``effect_started``) the turn's buffered chunks and ``emitted`` (the call's chunks not
     yet logged, its result's last) go in the same write.
     """
-    store = engine.store
     chunks = journal.take(emitted) if journal is not None else ()
+    await _carrying(engine.store, "finish_effect", request_id, chunks, False, key, output=output, error=error)
+
+
+async def _carrying(
+    store: Any,
+    method: str,
+    request_id: str,
+    chunks: Sequence[dict[str, Any]],
+    log_first: bool,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    """The store's effect write ``method`` with ``chunks`` of the request's log in the same write; a store of the
+    user's own without the ``chunks`` parameter makes two writes, the log first or after, as before it had one."""
+    write = getattr(store, method)
     if not chunks:
-        await store.finish_effect(key, output=output, error=error)
-    elif _takes_chunks(store, "finish_effect"):
-        await store.finish_effect(key, output=output, error=error, chunks=chunks)
-    else:
-        await store.finish_effect(key, output=output, error=error)
+        return await write(*args, **kwargs)
+    if _takes_chunks(store, method):
+        return await write(*args, chunks=chunks, **kwargs)
+    if log_first:
         await store.append_chunks(request_id, chunks)
+    result = await write(*args, **kwargs)
+    if not log_first:
+        await store.append_chunks(request_id, chunks)
+    return result
 
 
 _TAKES_CHUNKS: dict[Any, bool] = {}

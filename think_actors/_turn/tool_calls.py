@@ -211,7 +211,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
             output if error is None else None,
             error,
             journal,
-            [*emitted, reported] if journal is not None and emitted is not None else (),
+            [*(emitted or ()), reported] if journal is not None else (),
         )
     duration_ms = (time.perf_counter() - started) * 1000
     outcome = "error" if error is not None else "blocked" if isinstance(decision, Block) else "ok"

@@ -29,6 +29,7 @@ __all__ = [
     "encode_message",
     "existing_submission",
     "pack",
+    "quoted_names",
     "status_set",
     "submission_fields",
     "submission_record",
@@ -235,6 +236,11 @@ def existing_submission(
             f"submission {sid!r} has key {by_id['idempotency_key']!r}, not {key!r}"
         )
     return by_id if by_id is not None else by_key
+
+
+def quoted_names(columns: Sequence[str]) -> str:
+    """Column names for SQL, quoted: "trigger" and "key" are SQL keywords. They are constants, never user input."""
+    return ", ".join(f'"{c}"' for c in columns)
 
 
 def check_limit(limit: int | None) -> None:

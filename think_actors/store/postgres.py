@@ -39,6 +39,7 @@ from ._codec import (
     encode_message,
     existing_submission,
     pack,
+    quoted_names,
     status_set,
     submission_fields,
     submission_record,
@@ -55,11 +56,6 @@ from .url import redact_url
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "close_pools"]
 
 _S = SCHEMA
-
-
-def _names(columns: Sequence[str]) -> str:
-    # Quoted: "trigger" and "key" are SQL keywords. The names are constants from _codec, never user input.
-    return ", ".join(f'"{c}"' for c in columns)
 
 
 def _params(start: int, count: int) -> str:
@@ -123,7 +119,7 @@ _DELETE_KV = _fenced(
 )
 
 # -- submissions (not fenced: see _lease) ------------------------------------------------------------------------------
-_SUBMISSION_SELECT = f"SELECT {_names(SUBMISSION_COLUMNS)} FROM {_S}.submissions"
+_SUBMISSION_SELECT = f"SELECT {quoted_names(SUBMISSION_COLUMNS)} FROM {_S}.submissions"
 _SUBMISSION_LOOKUP = f"{_SUBMISSION_SELECT} WHERE agent = $1 AND (submission_id = $2 OR idempotency_key = $3)"
 # The agent's counter, not a sequence: a sequence would spend a number on every insert that loses a race, and seq
 # (the FIFO tiebreak) is never reused, as SQLite's AUTOINCREMENT.
@@ -131,15 +127,15 @@ _NEXT_SUBMISSION_SEQ = (
     f"UPDATE {_S}.agents SET submission_seq = submission_seq + 1 WHERE path = $1 RETURNING submission_seq"
 )
 _INSERT_SUBMISSION = (
-    f"INSERT INTO {_S}.submissions (agent, {_names(SUBMISSION_COLUMNS)}) "
+    f"INSERT INTO {_S}.submissions (agent, {quoted_names(SUBMISSION_COLUMNS)}) "
     f"VALUES ($1, {_params(2, len(SUBMISSION_COLUMNS))}) ON CONFLICT DO NOTHING RETURNING seq"
 )
 
 # -- turns, chunks, effects --------------------------------------------------------------------------------------------
-_TURN_SELECT = f"SELECT {_names(TURN_COLUMNS)} FROM {_S}.turns"
+_TURN_SELECT = f"SELECT {quoted_names(TURN_COLUMNS)} FROM {_S}.turns"
 # ON CONFLICT DO UPDATE keeps the row's seq, the tiebreak of list_turns.
 _PUT_TURN = _fenced(
-    f"w AS (INSERT INTO {_S}.turns (agent, {_names(TURN_COLUMNS)}) "
+    f"w AS (INSERT INTO {_S}.turns (agent, {quoted_names(TURN_COLUMNS)}) "
     f"SELECT $1, {_params(3, len(TURN_COLUMNS))} FROM lease WHERE lease.generation = $2 "
     "ON CONFLICT (agent, request_id) DO UPDATE SET "
     + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
@@ -166,11 +162,11 @@ _APPEND_CHUNKS = _fenced(
     "WHERE lease.generation = $2 RETURNING 1)"
 )
 _LOAD_CHUNKS = f"SELECT body FROM {_S}.chunks WHERE agent = $1 AND request_id = $2 ORDER BY seq"
-_EFFECT_SELECT = f"SELECT {_names(EFFECT_COLUMNS)} FROM {_S}.effects"
+_EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM {_S}.effects"
 # The effect writes, as CTEs: alone, or with a batch of the request's chunk log in the same statement.
 _N_EFFECT = len(EFFECT_COLUMNS)
 _INSERT_EFFECT = (
-    f"w AS (INSERT INTO {_S}.effects (agent, {_names(EFFECT_COLUMNS)}) "
+    f"w AS (INSERT INTO {_S}.effects (agent, {quoted_names(EFFECT_COLUMNS)}) "
     f"SELECT $1, {_params(3, _N_EFFECT)} FROM lease WHERE lease.generation = $2 "
     "ON CONFLICT (agent, key) DO NOTHING RETURNING 1)"
 )

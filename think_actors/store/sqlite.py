@@ -36,6 +36,7 @@ from ._codec import (
     encode_message,
     existing_submission,
     pack,
+    quoted_names,
     status_set,
     submission_fields,
     submission_record,
@@ -125,28 +126,23 @@ _SCHEMA = (
 )
 
 
-def _names(columns: Sequence[str]) -> str:
-    # Quoted: "trigger" and "key" are SQL keywords. The names are constants from _codec, never user input.
-    return ", ".join(f'"{c}"' for c in columns)
-
-
 def _insert_sql(table: str, columns: Sequence[str]) -> str:
-    return f"INSERT INTO {table} ({_names(columns)}) VALUES ({', '.join('?' * len(columns))})"
+    return f"INSERT INTO {table} ({quoted_names(columns)}) VALUES ({', '.join('?' * len(columns))})"
 
 
 def _in(values: Sequence[str]) -> str:
     return f"({', '.join('?' * len(values))})"
 
 
-_SUBMISSION_SELECT = f"SELECT {_names(SUBMISSION_COLUMNS)} FROM submissions"
+_SUBMISSION_SELECT = f"SELECT {quoted_names(SUBMISSION_COLUMNS)} FROM submissions"
 _SUBMISSION_INSERT = _insert_sql("submissions", SUBMISSION_COLUMNS[1:])
-_TURN_SELECT = f"SELECT {_names(TURN_COLUMNS)} FROM turns"
+_TURN_SELECT = f"SELECT {quoted_names(TURN_COLUMNS)} FROM turns"
 # ON CONFLICT DO UPDATE, not INSERT OR REPLACE: the row keeps its rowid, the tiebreak of list_turns.
 _TURN_UPSERT = _insert_sql("turns", TURN_COLUMNS) + (
     " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
 )
 _CHUNK_INSERT = "INSERT INTO chunks (request_id, body) VALUES (?, ?)"
-_EFFECT_SELECT = f"SELECT {_names(EFFECT_COLUMNS)} FROM effects"
+_EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM effects"
 _EFFECT_INSERT = _insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
 
 # Walk up from the latest leaf. ``m.seq < p.seq`` always holds (a parent exists before its child), and saying so
@@ -404,9 +400,7 @@ class SQLiteStore:
     async def delete_turn(self, request_id: str) -> None:
         """Remove the turn record, its chunk log and its effects (the turn ended: nothing is left to recover)."""
         with self._fenced("delete turn") as conn:
-            conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
-            conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
-            conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))
+            self._delete_turn_rows(conn, request_id)
 
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
@@ -439,9 +433,7 @@ class SQLiteStore:
         with self._fenced("end turn") as conn:
             if message is not None:
                 conn.execute(_UPSERT, message)
-            conn.execute("DELETE FROM turns WHERE request_id = ?", (request_id,))
-            conn.execute("DELETE FROM chunks WHERE request_id = ?", (request_id,))
-            conn.execute("DELETE FROM effects WHERE request_id = ?", (request_id,))
+            self._delete_turn_rows(conn, request_id)
 
     # -- the effect ledger -------------------------------------------------------------------------------------
 
@@ -513,6 +505,11 @@ class SQLiteStore:
     def _submission_row(conn: sqlite3.Connection, column: str, value: str) -> dict[str, Any] | None:
         row = conn.execute(f"{_SUBMISSION_SELECT} WHERE {column} = ?", (value,)).fetchone()
         return None if row is None else dict(zip(SUBMISSION_COLUMNS, row, strict=True))
+
+    @staticmethod
+    def _delete_turn_rows(conn: sqlite3.Connection, request_id: str) -> None:
+        for table in ("turns", "chunks", "effects"):  # constants, never user input
+            conn.execute(f"DELETE FROM {table} WHERE request_id = ?", (request_id,))
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, message: UIMessage, body: bytes, parent_id: str | None) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from helpers import TOOL_THEN_TEXT_CHUNKS, TOOL_THEN_TEXT_HOOKS, RecordingAgent, chunk_types, drain
 
 import think_actors as ta
-from think_actors.testing import ScriptedModel, delay, step, text, tool_call
+from think_actors.testing import ScriptedModel, delay, reasoning, step, text, tool_call
 
 INTERRUPTED_TEXT = "The tool call was interrupted before a result was recorded."
 WAIT_S = 5.0
@@ -1086,3 +1086,70 @@ async def test_streamed_text_is_logged_within_flush_after_s_of_a_slow_stream() -
     assert result.status == "completed" and result.message is not None and result.message.text == "abcd"
     # The first delta after the pause found the buffer older than FLUSH_AFTER_S: it went out logged, with those before.
     assert agent.logged == {4: "abc"}
+
+
+class DeltaLogWatcher(LogWatcher):
+    """LogWatcher that also puts data chunks among its text deltas: a kept one before " ", a transient one before
+    the second "l" (what ``agent.emit`` from ``on_chunk`` does), and keeps the whole log its tool saw."""
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        if ctx.type == "text-delta" and ctx.text == " ":
+            self.emit(ta.DataChunk(type="data-note", data={"at": "space"}))
+        elif ctx.type == "text-delta" and ctx.text == "l" and "transient" not in self.seen:
+            self.seen["transient"] = True
+            self.emit(ta.DataChunk(type="data-progress", data={"n": 1}, transient=True))
+
+    @ta.tool
+    async def lookup(self, q: str, ctx: ta.ToolContext) -> str:
+        """Look it up."""
+        self.seen["log"] = await self._engine.store.load_chunks(ctx.request_id)
+        return "found"
+
+
+@pytest.mark.parametrize("every", [128, 3])
+async def test_consecutive_deltas_of_a_part_are_logged_as_one_around_emitted_chunks_and_batches(
+    every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from think_actors._turn import journal
+
+    monkeypatch.setattr(journal, "FLUSH_EVERY", every)
+    monkeypatch.setattr(journal, "FLUSH_AFTER_S", 3600.0)
+    model = ScriptedModel(
+        [
+            step(
+                reasoning("thinking", chunk_size=2),
+                text("hello world", chunk_size=1),
+                tool_call("lookup", {"q": "x"}, id="c1"),
+            ),
+            text("done"),
+        ]
+    )
+    agent = DeltaLogWatcher(model=model, store=ta.MemoryStore())
+    result = await agent.save_messages("go")
+
+    assert result.status == "completed" and result.message is not None
+    log = agent.seen["log"]
+    # Folded again (what recovery does), the log gives the reply as it stood when the tool ran.
+    acc = ta.MessageAccumulator(result.message.id)
+    for entry in log:
+        acc.apply(ta.parse_chunk(entry))
+    logged = [(p.type, getattr(p, "text", None) or getattr(p, "data", None)) for p in acc.message().parts]
+    reply = [(p.type, getattr(p, "text", None) or getattr(p, "data", None)) for p in result.message.parts]
+    assert logged == reply[: len(logged)], (logged, reply)
+    assert logged == [
+        ("step-start", None),
+        ("reasoning", "thinking"),
+        ("text", "hello world"),
+        ("data-note", {"at": "space"}),
+        ("tool-lookup", None),
+    ]
+    deltas = [(c["type"], c["delta"]) for c in log if c["type"].endswith("-delta") and "delta" in c]
+    if every == 128:
+        # One batch: a run of deltas is one entry, split only where a kept chunk came between (the transient
+        # one is not logged and splits nothing).
+        assert deltas == [("reasoning-delta", "thinking"), ("text-delta", "hello"), ("text-delta", " world")]
+    else:
+        # A batch every 3 chunks closes the run: the next delta opens a new entry, and nothing is lost or doubled.
+        assert len(deltas) > 3
+        assert "".join(d for kind, d in deltas if kind == "text-delta") == "hello world"
+        assert "".join(d for kind, d in deltas if kind == "reasoning-delta") == "thinking"

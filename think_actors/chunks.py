@@ -475,6 +475,11 @@ class MessageAccumulator:
             self._apply_data(chunk)
         return None
 
+    def open_text(self, part_id: str) -> list[str] | None:
+        """The texts of the open text or reasoning part ``part_id`` (a delta of it may be appended directly)."""
+        text = self._open.get(part_id)
+        return None if text is None else text.chunks
+
     def _start_text(self, kind: str, part_id: str, provider_metadata: dict[str, Any] | None) -> _Text:
         text = _Text(kind, provider_metadata)
         self._open[part_id] = text

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
+
+if sys.version_info >= (3, 12):
+    _current_task = asyncio.current_task  # C
+else:  # 3.11's asyncio.current_task is a Python function; enter_wait runs for every chunk, so it does the same lookup
+    from asyncio import tasks as _tasks
+
+    _current_tasks = _tasks._current_tasks  # type: ignore[attr-defined]
+    _running_loop = asyncio.get_running_loop
 
 
 class AbortSignal:
@@ -26,10 +35,19 @@ class AbortSignal:
         if self._task is not None and self._waiting:
             self._task.cancel(msg="think_actors: turn aborted")
 
-    def enter_wait(self) -> None:
-        """Mark that the current task now waits inside the engine (safe to cancel)."""
-        self._task = asyncio.current_task()
-        self._waiting = True
+    if sys.version_info >= (3, 12):
+
+        def enter_wait(self) -> None:
+            """Mark that the current task now waits inside the engine (safe to cancel)."""
+            self._task = _current_task()
+            self._waiting = True
+
+    else:
+
+        def enter_wait(self) -> None:
+            """Mark that the current task now waits inside the engine (safe to cancel)."""
+            self._task = _current_tasks.get(_running_loop())
+            self._waiting = True
 
     def leave_wait(self) -> None:
         self._waiting = False

@@ -24,7 +24,15 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .. import logs
-from ..chunks import AbortChunk, DataChunk, ErrorChunk, MessageAccumulator, StartChunk
+from ..chunks import (
+    AbortChunk,
+    DataChunk,
+    ErrorChunk,
+    MessageAccumulator,
+    ReasoningDeltaChunk,
+    StartChunk,
+    TextDeltaChunk,
+)
 from ..errors import (
     ConfigurationError,
     ModelError,
@@ -46,6 +54,8 @@ from .overflow import compact
 from .run import TurnRun, TurnStats
 
 log = logging.getLogger("think_actors")
+
+_DELTA_CLASSES: frozenset[Any] = frozenset({TextDeltaChunk, ReasoningDeltaChunk})
 
 
 @dataclass(slots=True)
@@ -551,7 +561,13 @@ async def _stream(
         if first:  # a retried attempt continues the stream its caller already reads
             yield start
         stall_s = run.stall_timeout_s
-        next_chunk, apply, add = steps.__anext__, acc.apply, journal.add  # once: they run for every chunk
+        next_chunk, apply, add, counted = steps.__anext__, acc.apply, journal.add, journal.counted  # per chunk
+        # The hot path: a delta of the part the previous chunk was a delta of goes straight into the message's text
+        # and the log's open run (what ``apply`` and ``add`` would do, without their dispatch).
+        run_class: Any = None
+        run_id = ""
+        message_text: list[str] = []
+        log_text: list[str] | None = None
         while True:
             try:
                 if stall_s:
@@ -571,6 +587,24 @@ async def _stream(
                     request_id=spec.request_id,
                     retryable=True,
                 ) from None
+            if (
+                chunk.__class__ is run_class
+                and chunk.id == run_id
+                and journal.run_text is log_text
+                and not engine.emitted
+            ):
+                delta = chunk.delta
+                message_text.append(delta)
+                log_text.append(delta)  # type: ignore[union-attr]
+                if signal.aborted:
+                    raise _Aborted
+                if counted():
+                    await journal.flush()
+                yield chunk
+                if signal.aborted:
+                    raise _Aborted
+                continue
+            run_class = None
             if engine.emitted:  # chunks a hook put into the stream go out before the next chunk, in order
                 for extra in engine.take_emitted():
                     apply(extra)
@@ -586,6 +620,11 @@ async def _stream(
             # Logged before the caller sees it: what was reported survives a crash of this process.
             if add(chunk):
                 await journal.flush()
+            elif chunk.__class__ in _DELTA_CLASSES:
+                log_text = journal.run_of(chunk)
+                text = acc.open_text(chunk.id) if log_text is not None else None
+                if text is not None:
+                    run_class, run_id, message_text = chunk.__class__, chunk.id, text
             yield chunk
             if signal.aborted and not finished:
                 raise _Aborted

@@ -40,7 +40,7 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_count", "_delta", "_logged", "_since", "engine", "record", "reply", "resume")
+    __slots__ = ("_buffer", "_count", "_logged", "_run", "_since", "engine", "record", "reply", "resume", "run_text")
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
@@ -48,7 +48,10 @@ class TurnJournal:
         self.resume = False  # the turn stopped to be resumed: its record stays for recovery
         self.reply: UIMessage | None = None  # the finished reply, written with the record's removal (``end``)
         self._buffer: list[dict[str, Any]] = []
-        self._delta: dict[str, Any] | None = None  # the buffered delta that deltas of the same part merge into
+        # The open delta run: the buffered entry that consecutive deltas of one part merge into, and their texts
+        # (joined when the run closes). ``run_text`` is a new list for every run and None when none is open.
+        self._run: dict[str, Any] | None = None
+        self.run_text: list[str] | None = None
         self._count = 0  # chunks since the last flush (merged deltas count one each)
         self._since = 0.0
         self._logged: list[Any] = []  # chunks ``take`` logged before they reached ``add``, in stream order
@@ -98,34 +101,66 @@ class TurnJournal:
             del self._logged[0]  # already in the log (``take``)
             return False
         kind = chunk.type
-        buffer = self._buffer
         if kind in _DELTAS:
-            # The hot path: consecutive deltas of one part are logged as one (the rebuilt message is the same).
-            last = self._delta
-            if last is not None and last["id"] == chunk.id and last["type"] == kind:
-                last["delta"] += chunk.delta
+            # Consecutive deltas of one part are logged as one (the rebuilt message is the same).
+            run = self._run
+            if run is not None and run["id"] == chunk.id and run["type"] == kind:
+                self.run_text.append(chunk.delta)  # type: ignore[union-attr]
             else:
-                if not buffer:
-                    self._since = time.monotonic()
-                last = self._delta = {"type": kind, "id": chunk.id, "delta": chunk.delta}
-                buffer.append(last)
+                self._open(kind, chunk.id, chunk.delta)
         elif kind == "agent-tool-event" or (kind.startswith("data-") and chunk.transient):
             return False  # neither is part of the message the log rebuilds
         else:
-            if not buffer:
+            self._close_run()
+            if not self._buffer:
                 self._since = time.monotonic()
-            self._delta = None
-            buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
+            self._buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
             if kind in _FLUSH_NOW:
                 self._count += 1
                 return True
+        return self.counted()
+
+    def counted(self) -> bool:
+        """Count one more buffered chunk; True when the batch is due (``FLUSH_EVERY`` chunks or ``FLUSH_AFTER_S``).
+
+        The engine's hot path calls this alone for a delta it appended to ``run_text`` itself."""
         self._count += 1
         return self._count >= FLUSH_EVERY or time.monotonic() - self._since >= FLUSH_AFTER_S
 
-    async def flush(self) -> None:
+    def run_of(self, chunk: Any) -> list[str] | None:
+        """The texts of the open delta run when ``chunk`` (a delta just added) is in it, else None.
+
+        The engine appends the deltas of the same part that follow straight to this list and calls ``counted``
+        (``add``'s work for them, without its dispatch). Any other chunk added, ``flush`` or ``take`` closes the
+        run, and the next run gets a new list, so a caller holding this one can tell (``run_text is`` it)."""
+        run = self._run
+        if run is None or self._logged or run["id"] != chunk.id or run["type"] != chunk.type:
+            return None
+        return self.run_text
+
+    def _open(self, kind: str, part_id: str, delta: str) -> None:
+        self._close_run()
+        if not self._buffer:
+            self._since = time.monotonic()
+        run = self._run = {"type": kind, "id": part_id, "delta": ""}
+        self.run_text = [delta]
+        self._buffer.append(run)
+
+    def _close_run(self) -> None:
+        run = self._run
+        if run is not None:
+            run["delta"] = "".join(self.run_text)  # type: ignore[arg-type]
+            self._run = self.run_text = None
+
+    def _take_buffer(self) -> list[dict[str, Any]]:
+        self._close_run()
+        batch, self._buffer = self._buffer, []
         self._count = 0
-        if self._buffer:
-            batch, self._buffer, self._delta = self._buffer, [], None
+        return batch
+
+    async def flush(self) -> None:
+        batch = self._take_buffer()
+        if batch:
             await self.engine.store.append_chunks(self.record.request_id, batch)
 
     def take(self, emitted: Sequence[Any] = ()) -> list[dict[str, Any]]:
@@ -135,14 +170,11 @@ class TurnJournal:
         for chunk in emitted:
             self.add(chunk)
         self._logged.extend(emitted)
-        batch, self._buffer, self._delta = self._buffer, [], None
-        self._count = 0
-        return batch
+        return self._take_buffer()
 
     async def restart(self, message_id: str) -> None:
         """A new attempt of the same turn (context-overflow retry): the failed attempt's log is discarded."""
-        self._buffer = []
-        self._delta = None
+        self._take_buffer()
         self._logged = []
         await self.engine.store.delete_turn(self.record.request_id)
         self.record.message_id = message_id
@@ -157,8 +189,7 @@ class TurnJournal:
 
     async def end(self) -> None:
         """The turn ended (whatever its status): nothing is left to recover. A held reply goes in the same write."""
-        self._buffer = []
-        self._delta = None
+        self._take_buffer()
         self._logged = []
         reply, self.reply = self.reply, None
         engine = self.engine

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -547,35 +547,35 @@ class SQLiteStore:
             raise self._error(what, exc) from exc
 
     @contextmanager
-    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
-        """A write transaction committed on exit, rolled back on any error.
+    def _transaction(self, what: str, *, fenced: bool = False) -> Iterator[sqlite3.Connection]:
+        """A write transaction committed on exit, rolled back on any error (sqlite3 errors become ``StoreError``).
 
         IMMEDIATE takes the write lock at BEGIN, so a read-then-write (does the id exist? which is the latest
-        leaf?) cannot be raced by another connection to the same file.
+        leaf?) cannot be raced by another connection to the same file. ``fenced`` first checks that this store
+        still holds the lease (``StoreFencedError`` if not), under that lock, so no newer open can claim the file
+        between the check and the commit. One frame for all of it: a turn makes several of these writes.
         """
-        with self._guard(what) as conn:
+        conn = self._connect()
+        try:
             conn.execute("BEGIN IMMEDIATE")
             try:
+                if fenced:
+                    row = conn.execute("SELECT generation FROM lease").fetchone()
+                    owner = None if row is None else row[0]
+                    if owner != self._generation:
+                        raise fenced_error(self._agent, self._generation, owner)
                 yield conn
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._error(what, exc) from exc
 
-    @contextmanager
-    def _fenced(self, what: str) -> Iterator[sqlite3.Connection]:
-        """A write transaction that first checks this store still holds the lease (``StoreFencedError`` if not).
-
-        The check runs under the write lock BEGIN IMMEDIATE took, so no newer open can claim the file between it
-        and the commit.
-        """
-        with self._transaction(what) as conn:
-            row = conn.execute("SELECT generation FROM lease").fetchone()
-            owner = None if row is None else row[0]
-            if owner != self._generation:
-                raise fenced_error(self._agent, self._generation, owner)
-            yield conn
+    def _fenced(self, what: str) -> AbstractContextManager[sqlite3.Connection]:
+        """A write transaction of this store's lease holder (``_transaction`` with ``fenced``)."""
+        return self._transaction(what, fenced=True)
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from think_actors.errors import ConfigurationError, StoreError, StoreFencedError
@@ -596,14 +597,14 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
     await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert SCHEMA_VERSION == 3
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert SCHEMA_VERSION == 4
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file's pages
         objects = conn.execute(
             "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
         ).fetchall()
+        # chunks and effects hold rows of running turns only: read by scanning, no index to keep on every write.
         assert objects == [
-            ("index", "chunks_by_request", "chunks"),
-            ("index", "effects_by_request", "effects"),
             ("index", "submissions_by_key", "submissions"),
             ("index", "submissions_by_status", "submissions"),
             ("table", "chunks", "chunks"),
@@ -616,16 +617,63 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
         ]
         index_columns = {
             name: [row[2] for row in conn.execute(f"PRAGMA index_info({name})")]
-            for name in ("chunks_by_request", "effects_by_request", "submissions_by_key", "submissions_by_status")
+            for name in ("submissions_by_key", "submissions_by_status")
         }
         assert index_columns == {
-            "chunks_by_request": ["request_id", "seq"],
-            "effects_by_request": ["request_id", "seq"],
             "submissions_by_key": ["idempotency_key"],
             "submissions_by_status": ["status", "created_at", "seq"],
         }
         unique = {row[1]: row[2] for row in conn.execute("PRAGMA index_list(submissions)")}
         assert (unique["submissions_by_key"], unique["submissions_by_status"]) == (1, 0)
+        # A write's chunks are one row: the lone call's effect start carries its input in a single row.
+        store = SQLiteStore(path)
+        await store.append_chunks("r1", [{"type": "start"}, {"type": "start-step"}])
+        await store.start_effect(effect("c1"), chunks=[{"type": "tool-input-available"}])
+        await store.append_chunks("r1", [])
+        await store.close()
+        assert conn.execute("SELECT count(*) FROM chunks").fetchone() == (2,)
+    finally:
+        conn.close()
+
+
+async def test_sqlite_migrates_a_version_3_file_its_one_chunk_rows_read_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    conn = sqlite3.connect(path)  # a file from before 1 KiB pages
+    conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB)")
+    conn.close()
+    old = SQLiteStore(path)
+    await old.put_turn(turn("r1"))
+    await old.close()
+    conn = sqlite3.connect(path)  # what version 3 wrote: the request indexes, and a row per chunk
+    conn.execute("CREATE INDEX chunks_by_request ON chunks (request_id, seq)")
+    conn.execute("CREATE INDEX effects_by_request ON effects (request_id, seq)")
+    conn.executemany(
+        "INSERT INTO chunks (request_id, body) VALUES (?, ?)",
+        [("r1", msgpack.packb({"type": "start"})), ("r1", msgpack.packb({"type": "start-step"}))],
+    )
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+
+    store = SQLiteStore(path)
+    try:
+        assert await store.load_chunks("r1") == [{"type": "start"}, {"type": "start-step"}]
+        await store.append_chunks("r1", [{"type": "text-start", "id": "t"}, {"type": "text-end", "id": "t"}])
+        assert await store.load_chunks("r1") == [
+            {"type": "start"},
+            {"type": "start-step"},
+            {"type": "text-start", "id": "t"},
+            {"type": "text-end", "id": "t"},
+        ]
+        await store.delete_turn("r1")
+        assert await store.load_chunks("r1") == []
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%_by_request'").fetchall() == []
+        assert conn.execute("PRAGMA page_size").fetchone() == (4096,)  # an existing file keeps its pages
     finally:
         conn.close()
 

@@ -50,11 +50,13 @@ from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
 
 1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
-3: adds the lease (the writers' generation, see ``_lease``).
+3: adds the lease (the writers' generation, see ``_lease``). 4: drops the request indexes of chunks and effects
+(rows of running turns only, a few per turn: a scan is cheaper than keeping an index on every write), and a chunk
+row holds a batch (a msgpack list; rows of older versions hold one chunk each and are read as before).
 """
 
 _SCHEMA = (
@@ -100,13 +102,13 @@ _SCHEMA = (
         data BLOB NOT NULL
     )""",
     # A plain rowid (no AUTOINCREMENT, one write less per row): a new row's seq is above every stored row's, which
-    # is all the order of a request's log needs.
+    # is all the order of a request's log needs. A row is one write's batch of chunks.
     """CREATE TABLE IF NOT EXISTS chunks (
         seq INTEGER PRIMARY KEY,
         request_id TEXT NOT NULL,
         body BLOB NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS chunks_by_request ON chunks (request_id, seq)",
+    "DROP INDEX IF EXISTS chunks_by_request",
     """CREATE TABLE IF NOT EXISTS effects (
         seq INTEGER PRIMARY KEY,
         key TEXT UNIQUE NOT NULL,
@@ -120,7 +122,7 @@ _SCHEMA = (
         error TEXT,
         finished_at REAL
     )""",
-    "CREATE INDEX IF NOT EXISTS effects_by_request ON effects (request_id, seq)",
+    "DROP INDEX IF EXISTS effects_by_request",
     # One row: the generation of the newest store that opened this file.
     "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL)",
 )
@@ -175,6 +177,11 @@ _UPSERT = _APPEND_UNDER_LATEST + (
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _batch(chunks: Sequence[dict[str, Any]]) -> bytes | None:
+    """One chunk row's body: the batch as a msgpack list (None for no chunks)."""
+    return pack(list(chunks)) if chunks else None
 
 
 class SQLiteStore:
@@ -404,16 +411,23 @@ class SQLiteStore:
 
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
-        rows = [(request_id, pack(chunk)) for chunk in chunks]
-        # One transaction: one commit for the batch instead of one per row, and none of it if any row fails.
+        body = _batch(chunks)  # before the write lock; a chunk that cannot be stored writes nothing
         with self._fenced("append chunks") as conn:
-            conn.executemany(_CHUNK_INSERT, rows)
+            if body is not None:
+                conn.execute(_CHUNK_INSERT, (request_id, body))
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
         """The request's chunk log, in the order appended."""
         with self._guard("load chunks") as conn:
             rows = conn.execute("SELECT body FROM chunks WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
-        return [unpack(body) for (body,) in rows]
+        chunks: list[dict[str, Any]] = []
+        for (body,) in rows:
+            value = unpack(body)
+            if isinstance(value, list):
+                chunks.extend(value)
+            else:  # a row of schema version 3 or older: one chunk
+                chunks.append(value)
+        return chunks
 
     async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
         """Put the turn record and append ``messages`` under the latest leaf, in one transaction.
@@ -443,10 +457,10 @@ class SQLiteStore:
         ``chunks`` go to the request's chunk log first, in the same transaction.
         """
         row = effect_row(record)
-        rows = [(record.request_id, pack(chunk)) for chunk in chunks]
+        body = _batch(chunks)
         with self._fenced("start effect") as conn:
-            if rows:
-                conn.executemany(_CHUNK_INSERT, rows)
+            if body is not None:
+                conn.execute(_CHUNK_INSERT, (record.request_id, body))
             if conn.execute(_EFFECT_INSERT, tuple(row.values())).rowcount > 0:
                 return effect_record(row)
             stored = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
@@ -462,16 +476,15 @@ class SQLiteStore:
         """
         columns = {**effect_finish(output, error), "finished_at": time.time()}
         assignments = ", ".join(f'"{name}" = ?' for name in columns)
-        bodies = [pack(chunk) for chunk in chunks]
+        body = _batch(chunks)
         with self._fenced("finish effect") as conn:
             updated = conn.execute(
                 f"UPDATE effects SET {assignments} WHERE key = ? RETURNING request_id", [*columns.values(), key]
             ).fetchall()
             if not updated:
                 raise StoreError(f"cannot finish effect {key!r}: it was never started")
-            if bodies:
-                request_id = updated[0][0]
-                conn.executemany(_CHUNK_INSERT, [(request_id, body) for body in bodies])
+            if body is not None:
+                conn.execute(_CHUNK_INSERT, (updated[0][0], body))
 
     async def get_effect(self, key: str) -> EffectRecord | None:
         with self._guard("get effect") as conn:
@@ -599,6 +612,9 @@ class SQLiteStore:
             raise self._error("open", exc) from exc
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+            # A new file gets 1 KiB pages (a file that exists keeps its own): a turn's writes are small rows, and
+            # every commit copies each page it touched into the WAL, so smaller pages make each commit cheaper.
+            conn.execute("PRAGMA page_size = 1024")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._migrate(conn)
@@ -616,7 +632,8 @@ class SQLiteStore:
     def _migrate(self, conn: sqlite3.Connection) -> None:
         """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
 
-        Every version so far only adds tables and indexes, so ``_SCHEMA``'s IF NOT EXISTS statements migrate.
+        Every version so far only adds tables and indexes or drops indexes, so ``_SCHEMA``'s IF [NOT] EXISTS
+        statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``).
         """
         # Read first without a lock: every open but the first finds the schema current and skips the migration.
         if self._schema_version(conn) == SCHEMA_VERSION:

@@ -3,54 +3,55 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
-if sys.version_info >= (3, 12):
-    _current_task = asyncio.current_task  # C
-else:  # 3.11's asyncio.current_task is a Python function; enter_wait runs for every chunk, so it does the same lookup
-    from asyncio import tasks as _tasks
 
-    _current_tasks = _tasks._current_tasks  # type: ignore[attr-defined]
-    _running_loop = asyncio.get_running_loop
+def task_lookup(loop: asyncio.AbstractEventLoop) -> Callable[[], asyncio.Task[Any] | None]:
+    """``loop``'s current task, as a call with no Python frame: the step loop asks for it before every event.
+
+    3.12's ``asyncio.current_task`` is C; 3.11's is a Python function around the lookup done here.
+    """
+    if sys.version_info >= (3, 12):
+        return functools.partial(asyncio.current_task, loop)
+    from asyncio import tasks
+
+    return functools.partial(tasks._current_tasks.get, loop)  # type: ignore[attr-defined]
 
 
 class AbortSignal:
     """Set once. While the turn's task waits inside the engine (model stream, tools), aborting cancels that
-    wait so the turn stops at once; between chunks the engine checks ``aborted`` before each yield."""
+    wait so the turn stops at once; between chunks the engine checks ``aborted`` before each yield.
 
-    __slots__ = ("_task", "_waiting", "aborted", "reason")
+    ``task`` and ``waiting`` say which task waits, and whether it does now (``enter_wait`` / ``leave_wait``; the
+    step loop sets them itself around every event).
+    """
+
+    __slots__ = ("aborted", "reason", "task", "waiting")
 
     def __init__(self) -> None:
         self.aborted = False
         self.reason: str | None = None
-        self._task: asyncio.Task[Any] | None = None
-        self._waiting = False
+        self.task: asyncio.Task[Any] | None = None
+        self.waiting = False
 
     def abort(self, reason: str | None = None) -> None:
         if self.aborted:
             return
         self.aborted = True
         self.reason = reason
-        if self._task is not None and self._waiting:
-            self._task.cancel(msg="think_actors: turn aborted")
+        if self.task is not None and self.waiting:
+            self.task.cancel(msg="think_actors: turn aborted")
 
-    if sys.version_info >= (3, 12):
-
-        def enter_wait(self) -> None:
-            """Mark that the current task now waits inside the engine (safe to cancel)."""
-            self._task = _current_task()
-            self._waiting = True
-
-    else:
-
-        def enter_wait(self) -> None:
-            """Mark that the current task now waits inside the engine (safe to cancel)."""
-            self._task = _current_tasks.get(_running_loop())
-            self._waiting = True
+    def enter_wait(self) -> None:
+        """Mark that the current task now waits inside the engine (safe to cancel)."""
+        self.task = asyncio.current_task()
+        self.waiting = True
 
     def leave_wait(self) -> None:
-        self._waiting = False
+        self.waiting = False
 
     def absorb_cancel(self) -> bool:
         """After a CancelledError: True (and the cancellation is consumed) if it came from ``abort``."""

@@ -7,6 +7,7 @@ into an in-band ``error`` chunk.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import time
@@ -46,6 +47,7 @@ from ..models import (
     Usage,
     resolve_model,
 )
+from .abort import task_lookup
 from .convert import to_model_messages
 from .overflow import proactive_messages
 from .run import TurnRun
@@ -55,13 +57,6 @@ from .tool_calls import input_chunk, parse_calls, run_calls
 # a str, as its id (the engine's) always is; anything else goes through validation, which says what is wrong.
 _build_text_delta = trusted_builder(TextDeltaChunk)
 _build_reasoning_delta = trusted_builder(ReasoningDeltaChunk)
-
-
-def _text_delta(part_id: str, text: Any) -> TextDeltaChunk:
-    if type(text) is str:
-        chunk: TextDeltaChunk = _build_text_delta({"type": "text-delta", "id": part_id, "delta": text})
-        return chunk
-    return TextDeltaChunk(id=part_id, delta=text)
 
 
 def _reasoning_delta(part_id: str, text: Any) -> ReasoningDeltaChunk:
@@ -148,6 +143,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     agent_engine = run.engine
     on_chunk = run.on_chunk
     signal = run.signal
+    current_task = task_lookup(asyncio.get_running_loop())
     for step_number in range(run.max_steps):
         if signal.aborted:  # never start a model request for a turn already aborted (the caller reports it)
             return
@@ -203,16 +199,17 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         sources: list[SourceUrlPart] = []
         files: list[FilePart] = []
         stream = client.stream(request).__aiter__()
-        next_event, enter_wait, leave_wait = stream.__anext__, signal.enter_wait, signal.leave_wait  # per event
+        next_event = stream.__anext__
         try:
             while True:
-                enter_wait()
+                signal.task = current_task()  # what signal.enter_wait() does, without its call: once per event
+                signal.waiting = True
                 try:
                     event = await next_event()
                 except StopAsyncIteration:
                     break
                 finally:
-                    leave_wait()
+                    signal.waiting = False
                 if not started:
                     started = True
                     if run.stats.first_chunk_at is None:  # once per step, not per chunk: time to first chunk
@@ -228,7 +225,12 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     texts.append(event.text)
                     if on_chunk is not None:
                         await on_chunk(_part(run, step_number, "text-delta", text=event.text))
-                    yield _text_delta(text_id, event.text)
+                    text_delta = event.text
+                    yield (
+                        _build_text_delta({"type": "text-delta", "id": text_id, "delta": text_delta})
+                        if type(text_delta) is str
+                        else TextDeltaChunk(id=text_id, delta=text_delta)  # validation says what is wrong
+                    )
                 elif isinstance(event, ReasoningDelta):
                     reasoning.append(event.text)
                     if on_chunk is not None:

@@ -77,6 +77,9 @@ async def harness_turn(agent: BenchAgent, model: ScriptedModel) -> str:
     return result.message.text if result.message else ""
 
 
+_DELTA_TYPES = frozenset({"text-delta", "reasoning-delta"})
+
+
 class _NoJournal(journal.TurnJournal):
     """The journal with nothing written: what a turn costs without the durable-turn ledger (the messages are still
     stored, one write each)."""
@@ -92,12 +95,17 @@ class _NoJournal(journal.TurnJournal):
             await self.engine.append(message)
 
     def add(self, chunk: Any) -> bool:
+        # Deltas still open and extend the journal's run, which the engine's hot path for deltas rides on (it
+        # folds them into the reply too); nothing else is kept, and nothing is ever written.
+        if chunk.type in _DELTA_TYPES:
+            super().add(chunk)
         return False
 
     async def flush(self) -> None:
-        pass
+        self._take_buffer()
 
     async def end(self) -> None:
+        self._take_buffer()
         await self.persist_reply()
 
 

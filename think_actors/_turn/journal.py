@@ -111,10 +111,7 @@ class TurnJournal:
         elif kind == "agent-tool-event" or (kind.startswith("data-") and chunk.transient):
             return False  # neither is part of the message the log rebuilds
         else:
-            self._close_run()
-            if not self._buffer:
-                self._since = time.monotonic()
-            self._buffer.append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
+            self._append(chunk.model_dump(mode="json", by_alias=False, exclude_none=True))
             if kind in _FLUSH_NOW:
                 self._count += 1
                 return True
@@ -139,12 +136,16 @@ class TurnJournal:
         return self.run_text
 
     def _open(self, kind: str, part_id: str, delta: str) -> None:
+        run = {"type": kind, "id": part_id, "delta": ""}
+        self._append(run)
+        self._run, self.run_text = run, [delta]
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        """Buffer an entry after the open run (closed first); the batch's clock starts with its first entry."""
         self._close_run()
         if not self._buffer:
             self._since = time.monotonic()
-        run = self._run = {"type": kind, "id": part_id, "delta": ""}
-        self.run_text = [delta]
-        self._buffer.append(run)
+        self._buffer.append(entry)
 
     def _close_run(self) -> None:
         run = self._run

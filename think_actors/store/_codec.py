@@ -7,7 +7,7 @@ NOT NULL constraints would, so a record that cannot be stored fails in both stor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -22,6 +22,8 @@ __all__ = [
     "SUBMISSION_COLUMNS",
     "TURN_COLUMNS",
     "check_limit",
+    "chunk_batch",
+    "chunk_log",
     "decode_message",
     "effect_finish",
     "effect_record",
@@ -55,6 +57,24 @@ def unpack(data: bytes) -> Any:
         return msgpack.unpackb(data, raw=False, strict_map_key=False)
     except (TypeError, ValueError) as exc:
         raise StoreError(f"corrupt stored value: {exc}") from exc
+
+
+def chunk_batch(chunks: Sequence[dict[str, Any]]) -> bytes:
+    """One row of a chunk log (SQLite and PostgreSQL): a write's batch of wire-form chunks, as a msgpack list."""
+    return pack(list(chunks))
+
+
+def chunk_log(bodies: Iterable[bytes]) -> list[dict[str, Any]]:
+    """A request's chunk log from its rows in order. A row of one chunk (SQLite's schema 3 and older wrote a row
+    per chunk) reads as that chunk."""
+    chunks: list[dict[str, Any]] = []
+    for body in bodies:
+        value = unpack(body)
+        if isinstance(value, list):
+            chunks.extend(value)
+        else:
+            chunks.append(value)
+    return chunks
 
 
 def _dump(message: UIMessage) -> dict[str, Any]:

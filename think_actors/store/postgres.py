@@ -32,6 +32,8 @@ from ._codec import (
     SUBMISSION_COLUMNS,
     TURN_COLUMNS,
     check_limit,
+    chunk_batch,
+    chunk_log,
     decode_message,
     effect_finish,
     effect_record,
@@ -446,7 +448,7 @@ class PostgresStore:
 
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one row for the batch)."""
-        body = pack(list(chunks))
+        body = chunk_batch(chunks)
         if not chunks:
             async with self._connection("append chunks"):  # a closed store refuses even an empty batch
                 return
@@ -456,7 +458,7 @@ class PostgresStore:
         """The request's chunk log, in the order appended."""
         async with self._connection("load chunks") as conn:
             rows = await conn.fetch(_LOAD_CHUNKS, self._agent, request_id)
-        return [chunk for row in rows for chunk in unpack(row[0])]
+        return chunk_log(row[0] for row in rows)
 
     # -- the effect ledger -----------------------------------------------------------------------------------------
 
@@ -468,7 +470,7 @@ class PostgresStore:
         row = effect_row(record)
         if chunks:
             written = await self._write(
-                "start effect", _START_EFFECT_LOGGED, *row.values(), record.request_id, pack(list(chunks))
+                "start effect", _START_EFFECT_LOGGED, *row.values(), record.request_id, chunk_batch(chunks)
             )
         else:
             written = await self._write("start effect", _START_EFFECT, *row.values())
@@ -492,7 +494,7 @@ class PostgresStore:
         columns = effect_finish(output, error)
         values = (key, columns["status"], columns["output"], columns["error"], time.time())
         if chunks:
-            n = await self._write("finish effect", _FINISH_EFFECT_LOGGED, *values, pack(list(chunks)))
+            n = await self._write("finish effect", _FINISH_EFFECT_LOGGED, *values, chunk_batch(chunks))
         else:
             n = await self._write("finish effect", _FINISH_EFFECT, *values)
         if n == 0:

@@ -29,6 +29,8 @@ from ._codec import (
     SUBMISSION_COLUMNS,
     TURN_COLUMNS,
     check_limit,
+    chunk_batch,
+    chunk_log,
     decode_message,
     effect_finish,
     effect_record,
@@ -177,11 +179,6 @@ _UPSERT = _APPEND_UNDER_LATEST + (
 )
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-
-
-def _batch(chunks: Sequence[dict[str, Any]]) -> bytes | None:
-    """One chunk row's body: the batch as a msgpack list (None for no chunks)."""
-    return pack(list(chunks)) if chunks else None
 
 
 class SQLiteStore:
@@ -411,7 +408,8 @@ class SQLiteStore:
 
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
-        body = _batch(chunks)  # before the write lock; a chunk that cannot be stored writes nothing
+        # Packed before the write lock: a chunk that cannot be stored writes nothing.
+        body = chunk_batch(chunks) if chunks else None
         with self._fenced("append chunks") as conn:
             if body is not None:
                 conn.execute(_CHUNK_INSERT, (request_id, body))
@@ -420,14 +418,7 @@ class SQLiteStore:
         """The request's chunk log, in the order appended."""
         with self._guard("load chunks") as conn:
             rows = conn.execute("SELECT body FROM chunks WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
-        chunks: list[dict[str, Any]] = []
-        for (body,) in rows:
-            value = unpack(body)
-            if isinstance(value, list):
-                chunks.extend(value)
-            else:  # a row of schema version 3 or older: one chunk
-                chunks.append(value)
-        return chunks
+        return chunk_log(body for (body,) in rows)
 
     async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
         """Put the turn record and append ``messages`` under the latest leaf, in one transaction.
@@ -457,7 +448,7 @@ class SQLiteStore:
         ``chunks`` go to the request's chunk log first, in the same transaction.
         """
         row = effect_row(record)
-        body = _batch(chunks)
+        body = chunk_batch(chunks) if chunks else None
         with self._fenced("start effect") as conn:
             if body is not None:
                 conn.execute(_CHUNK_INSERT, (record.request_id, body))
@@ -476,7 +467,7 @@ class SQLiteStore:
         """
         columns = {**effect_finish(output, error), "finished_at": time.time()}
         assignments = ", ".join(f'"{name}" = ?' for name in columns)
-        body = _batch(chunks)
+        body = chunk_batch(chunks) if chunks else None
         with self._fenced("finish effect") as conn:
             updated = conn.execute(
                 f"UPDATE effects SET {assignments} WHERE key = ? RETURNING request_id", [*columns.values(), key]

@@ -7,6 +7,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements/lock.txt pyproject.toml | s
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat requirements/lock.txt requirements/bench-peers.txt pyproject.toml | sha256sum | cut -c1-12)
+# The real-client protocol test runs the npm agents package: where npm exists, `make test` installs the pinned
+# Node packages (tests/node/package-lock.json) itself; without npm that one test is skipped (and fails under CI).
+NPM := $(shell command -v npm 2>/dev/null)
+NODE_STAMP := $(if $(NPM),tests/node/node_modules/.installed)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -30,6 +34,12 @@ $(BENCH_STAMP): requirements/lock.txt requirements/bench-peers.txt pyproject.tom
 	$(BENCH_PY) scripts/check_site_packages.py
 	@rm -f $(BENCH_VENV)/.installed-* && touch $(BENCH_STAMP)
 
+ifneq ($(NPM),)
+$(NODE_STAMP): tests/node/package-lock.json
+	$(NPM) ci --prefix tests/node --no-audit --no-fund --ignore-scripts >/dev/null
+	@touch $(NODE_STAMP)
+endif
+
 install: $(STAMP) ## Create .venv and install the hash-pinned lock (requirements/lock.txt)
 
 demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt-4o-mini" for a real one)
@@ -38,7 +48,7 @@ demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt
 serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="--app mymodule --port 8787 --local")
 	$(VENV)/bin/think-actors serve $(ARGS)
 
-test: $(STAMP) ## Run the whole test suite, Ray tests included
+test: $(STAMP) $(NODE_STAMP) ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)
 
 lint: $(STAMP) ## ruff format check and lint

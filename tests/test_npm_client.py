@@ -3,8 +3,8 @@
 against the gateway on 127.0.0.1: a plain reply, a server tool, a client tool with auto-continue, a cancel, and a
 mid-stream reconnect that resumes.
 
-``.ci/run`` installs the Node packages (``npm ci``); without them the test is skipped on a developer's machine
-and fails under CI.
+``make test`` installs the Node packages (``npm ci``) wherever npm exists; on a machine without Node.js and npm
+the test is skipped, and under CI it fails.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ NODE = shutil.which("node")
 if NODE is None or not (NODE_DIR / "node_modules" / "agents").is_dir():
     if os.environ.get("CI"):
         raise RuntimeError("the Node client is missing: .ci/run runs npm ci in tests/node")
-    pytest.skip("run `npm ci --prefix tests/node` for the real-client test", allow_module_level=True)
+    pytest.skip(
+        "the real-client test needs Node.js and npm: install them, then `make test` installs the pinned packages",
+        allow_module_level=True,
+    )
 
 
 class Shop(ta.Think):

@@ -212,16 +212,22 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any
         answers.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
     await ws.send_bytes(b"\x00")
     answers.append(json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data))
-    assert {a["type"] for a in answers} == {"think_actors_error"}
-    texts = [a["error"] for a in answers]
+    # A chat request with a usable id is refused as the reference ends a request: an error response frame.
+    refused = answers[3:6]
+    assert [(a["type"], a["id"], a["done"], a["error"]) for a in refused] == [
+        ("cf_agent_use_chat_response", "x", True, True)
+    ] * 3
+    errors = answers[:3] + answers[6:]
+    assert {a["type"] for a in errors} == {"think_actors_error"}
+    texts = [a["error"] for a in errors]
     assert "must be JSON text" in texts[0]
     assert "JSON object" in texts[1]
     assert "unknown frame type 'cf_agent_something_else'" in texts[2]
-    assert "init.body is not JSON" in texts[3]
-    assert "needs a messages array" in texts[4]
-    assert "not a UIMessage" in texts[5]
-    assert "over the limit of 10000 bytes" in texts[6]
-    assert "binary frames" in texts[7]
+    assert "init.body is not JSON" in refused[0]["body"]
+    assert "needs a messages array" in refused[1]["body"]
+    assert "not a UIMessage" in refused[2]["body"]
+    assert "over the limit of 10000 bytes" in texts[3]
+    assert "binary frames" in texts[4]
     # The socket and the agent are fine, and nothing was stored by the bad frames.
     await ws.send_str(request("ok", user("hi", "u1")))
     frames = await frames_until_done(ws, "ok")
@@ -553,7 +559,7 @@ async def test_tool_result_frames_default_error_text_and_client_tools_for_the_co
         bad = {"type": "cf_agent_tool_result", "toolCallId": "c1", "clientTools": [{"nameless": True}]}
         await ws.send_str(json.dumps(bad))
         error_frame = await receive_until(ws, lambda f: f["type"] == "think_actors_error")
-        assert "could not handle the frame" in error_frame[-1]["error"]
+        assert error_frame[-1]["error"].startswith("clientTools must be a list of {name, description?, parameters?}")
         await ws.send_str(request("r2", user("still fine?", "u2")))
         await frames_until_done(ws, "r2")  # the socket and the agent are fine
 

@@ -271,7 +271,8 @@ class Gateway:
             kind = frame["type"]
             if kind == protocol.CHAT_REQUEST:
                 request_id, body = protocol.chat_request(frame)
-                await self._chat_request(ws, room, agent, request_id, body)
+                incoming = _incoming(request_id, body)  # the whole request is checked before anything is stored
+                await self._chat_request(ws, room, agent, request_id, body, incoming)
             elif kind == protocol.CHAT_REQUEST_CANCEL:
                 if isinstance(frame.get("id"), str):
                     await agent.cancel_chat(frame["id"])
@@ -290,8 +291,9 @@ class Gateway:
                 await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
                 call = protocol.tool_call_id(frame)
-                if frame.get("clientTools"):
-                    await agent.set_client_tools(frame["clientTools"])  # the continuation offers these
+                offered = protocol.client_tools(frame.get("clientTools"))
+                if offered:
+                    await agent.set_client_tools(offered)  # the continuation offers these
                 error = None
                 if frame.get("state") == "output-error":
                     error = frame.get("errorText") or DENIED
@@ -309,6 +311,8 @@ class Gateway:
                 raise FrameError(
                     f"unknown frame type {kind!r}; this gateway speaks: {', '.join(sorted(protocol.KNOWN))}"
                 )
+        except protocol.RequestError as err:
+            await ws.send_str(protocol.response_frame(err.request_id, str(err), done=True, error=True))
         except FrameError as err:
             await _error(ws, str(err))
         except ThinkError as err:
@@ -350,24 +354,26 @@ class Gateway:
         else:
             await ws.send_str(protocol.dumps({"type": protocol.STREAM_RESUME_NONE, "reason": "idle", **probe_ids}))
 
-    async def _new_messages(self, agent: Any, body: dict[str, Any]) -> list[UIMessage]:
+    async def _new_messages(self, agent: Any, incoming: list[UIMessage]) -> list[UIMessage]:
         """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
-        try:
-            incoming = [UIMessage.model_validate(m) for m in body["messages"]]
-        except ValueError as err:
-            raise FrameError(f"a message of the request is not a UIMessage: {err}") from None
         return [_stamp_web(m) for m in reconcile(incoming, await agent.get_messages())]
 
-    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, body: dict[str, Any]) -> int:
+    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, incoming: list[UIMessage]) -> int:
         """Store the request's messages the server does not have yet, before the turn is queued."""
-        new = await self._new_messages(agent, body)
+        new = await self._new_messages(agent, incoming)
         if new:
             await agent.add_messages(new)
             await self._broadcast_messages(room, agent, skip=ws)
         return len(new)
 
     async def _chat_request(
-        self, ws: web.WebSocketResponse, room: _Room, agent: Any, request_id: str, body: dict[str, Any]
+        self,
+        ws: web.WebSocketResponse,
+        room: _Room,
+        agent: Any,
+        request_id: str,
+        body: dict[str, Any],
+        incoming: list[UIMessage],
     ) -> None:
         """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
         if room.terminal is not None:  # a new turn supersedes the replay of an old error
@@ -382,11 +388,11 @@ class Gateway:
             await self._send_messages(ws, agent)
             await ws.send_str(protocol.skipped_frame(request_id, body))
             return
-        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, body)):
+        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, incoming)):
             await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
             return
         # Stored now, before the turn is queued, even while another turn runs (reference §1.1, §2.3).
-        await self._persist(ws, room, agent, body)
+        await self._persist(ws, room, agent, incoming)
         room.sequence += 1
         sequence = room.sequence
         if overlapping and strategy in ("latest", "merge", "debounce"):
@@ -715,6 +721,14 @@ def _agent_tool_frame(chunk: Any) -> dict[str, Any]:
         "sequence": chunk.sequence,
         "event": event,
     }
+
+
+def _incoming(request_id: str, body: dict[str, Any]) -> list[UIMessage]:
+    """A chat request's messages as UIMessages; a request with one that is not is refused whole."""
+    try:
+        return [UIMessage.model_validate(m) for m in body["messages"]]
+    except ValueError as err:
+        raise protocol.RequestError(request_id, f"a message of the request is not a UIMessage: {err}") from None
 
 
 def _branch_point(body: dict[str, Any]) -> str | None:

@@ -31,7 +31,9 @@ __all__ = [
     "TOOL_APPROVAL",
     "TOOL_RESULT",
     "FrameError",
+    "RequestError",
     "chat_request",
+    "client_tools",
     "dumps",
     "origin_message_ids",
     "parse_frame",
@@ -78,6 +80,16 @@ class FrameError(ValueError):
     """A frame the gateway cannot act on; the message is sent back in a ``think_actors_error`` frame."""
 
 
+class RequestError(FrameError):
+    """A chat request refused before anything of it is stored. It has a usable id, so the answer is what the
+    reference sends for a request whose turn cannot run: ``{id, body: <why>, done: true, error: true}``, which
+    ends the sender's stream with that error."""
+
+    def __init__(self, request_id: str, message: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
 def parse_frame(text: str | bytes) -> dict[str, Any]:
     """The frame as a dict with a str ``type``."""
     try:
@@ -101,10 +113,35 @@ def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     try:
         body = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as err:
-        raise FrameError(f"{CHAT_REQUEST} init.body is not JSON: {err}") from None
+        raise RequestError(request_id, f"{CHAT_REQUEST} init.body is not JSON: {err}") from None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        raise FrameError(f"{CHAT_REQUEST} init.body needs a messages array")
+        raise RequestError(request_id, f"{CHAT_REQUEST} init.body needs a messages array")
+    client_tools(body.get("clientTools"), request_id)
     return request_id, body
+
+
+def client_tools(value: Any, request_id: str | None = None) -> list[dict[str, Any]] | None:
+    """A request's (or a tool result's) ``clientTools``: None when absent or null, else checked whole, so a bad
+    schema is refused with the frame instead of failing the turn it would have started."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(map(_tool_schema, value)):
+        text = (
+            "clientTools must be a list of {name, description?, parameters?} (name a non-empty string, "
+            f"description a string, parameters a JSON schema object); got {dumps(value)[:200]}"
+        )
+        raise FrameError(text) if request_id is None else RequestError(request_id, text)
+    return list(value)
+
+
+def _tool_schema(tool: Any) -> bool:
+    return (
+        isinstance(tool, dict)
+        and isinstance(tool.get("name"), str)
+        and bool(tool["name"])
+        and isinstance(tool.get("description"), str | None)
+        and isinstance(tool.get("parameters"), dict | None)
+    )
 
 
 def dumps(frame: Any) -> str:

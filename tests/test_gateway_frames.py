@@ -1,0 +1,105 @@
+"""Every frame the gateway reads is answered and none wedges a socket or an agent: bad chat requests are refused
+before anything is stored, unknown tool calls and bare cancels get an error frame, a repeated resume request
+leaves the socket following the stream (reference §1.1, §1.9, §3.5, §3.7)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
+
+import think_actors as ta
+from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.testing import ScriptedModel, text
+
+WAIT_S = 5
+
+
+class Helper(ta.Think):
+    pass
+
+
+def chat(request_id: str, messages: list[Any], **body: Any) -> str:
+    payload = {"messages": messages, "trigger": "submit-message", **body}
+    init = {"method": "POST", "body": json.dumps(payload)}
+    return json.dumps({"type": "cf_agent_use_chat_request", "id": request_id, "init": init})
+
+
+def user(text_: str = "hi", id: str = "u1") -> dict[str, Any]:
+    return {"id": id, "role": "user", "parts": [{"type": "text", "text": text_}]}
+
+
+async def receive(ws: Any) -> dict[str, Any]:
+    frame: dict[str, Any] = json.loads((await asyncio.wait_for(ws.receive(), WAIT_S)).data)
+    return frame
+
+
+async def until(ws: Any, predicate: Any) -> list[dict[str, Any]]:
+    """Frames up to and including the first one ``predicate`` accepts."""
+    seen = []
+    while True:
+        seen.append(await receive(ws))
+        if predicate(seen[-1]):
+            return seen
+
+
+def done(request_id: str) -> Any:
+    return lambda f: f["type"] == "cf_agent_use_chat_response" and f["id"] == request_id and f["done"]
+
+
+async def idle(ws: Any, probe: str) -> list[dict[str, Any]]:
+    """Frames up to the answer to a resume request, which must say the agent is idle."""
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": probe}))
+    seen = await until(ws, lambda f: f.get("probeId") == probe)
+    assert seen[-1] == {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": probe}
+    return seen[:-1]
+
+
+@pytest.fixture
+async def gateway() -> AsyncIterator[Any]:
+    clients: list[TestClient[Any, Any]] = []
+
+    async def make(model: ScriptedModel | None = None, **options: Any) -> TestClient[Any, Any]:
+        directory = LocalDirectory([Helper], model=model or ScriptedModel(), store=ta.MemoryStore())
+        client: TestClient[Any, Any] = TestClient(TestServer(Gateway(directory, **options).app()))
+        await client.start_server()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+BAD_CLIENT_TOOLS: list[Any] = ["x", 1, [1], [{}], [{"name": 1}], {"name": "a"}, [{"name": ""}], [{"name": "a"}, 2]]
+BAD_CLIENT_TOOLS += [[{"name": "a", "parameters": "x"}], [{"name": "a", "description": 1}]]
+
+
+@pytest.mark.parametrize("client_tools", BAD_CLIENT_TOOLS, ids=[json.dumps(v) for v in BAD_CLIENT_TOOLS])
+async def test_a_request_with_malformed_client_tools_is_refused_before_anything_is_stored(
+    gateway: Any, client_tools: Any
+) -> None:
+    client = await gateway(model=ScriptedModel([text("fine")]))
+    ws = await client.ws_connect("/agents/helper/tools")
+    await greeting(ws)
+    await ws.send_str(chat("r", [user()], clientTools=client_tools))
+    answer = await receive(ws)
+    # As the reference answers a request its turn cannot run: an error response frame for the request's id.
+    assert answer == {
+        "type": "cf_agent_use_chat_response",
+        "id": "r",
+        "body": answer["body"],
+        "done": True,
+        "error": True,
+    }
+    assert answer["body"].startswith("clientTools must be a list of {name, description?, parameters?}")
+    assert await idle(ws, "p") == []  # no turn runs or waits
+    assert await (await client.get("/agents/helper/tools/get-messages")).json() == []
+    await ws.send_str(chat("ok", [user("again", "u2")]))  # the socket and the agent are fine
+    frames = await until(ws, done("ok"))
+    assert frames[-1]["outcome"] == "completed"

@@ -103,3 +103,47 @@ async def test_a_request_with_malformed_client_tools_is_refused_before_anything_
     await ws.send_str(chat("ok", [user("again", "u2")]))  # the socket and the agent are fine
     frames = await until(ws, done("ok"))
     assert frames[-1]["outcome"] == "completed"
+
+
+LONE = "\ud800"  # json.dumps writes it as the escape \ud800: valid JSON text, yet no UTF-8 can encode it
+
+SURROGATE_FRAMES = {
+    "request id": chat(f"r{LONE}", [user()]),
+    "message text": chat("r", [user(f"a{LONE}b")]),
+    "metadata key": chat("r", [{**user(), "metadata": {LONE: 1}}]),
+    "custom body": chat("r", [user()], selectedFile=LONE),
+    "tool output": json.dumps({"type": "cf_agent_tool_result", "toolCallId": "c1", "output": LONE}),
+    "probe id": json.dumps({"type": "cf_agent_stream_resume_request", "probeId": f"\udfff{LONE}"}),
+}
+
+
+@pytest.mark.parametrize("where", sorted(SURROGATE_FRAMES))
+async def test_a_lone_surrogate_anywhere_in_a_frame_is_refused_at_parse_time(gateway: Any, where: str) -> None:
+    client = await gateway(model=ScriptedModel([text("fine")]))
+    ws = await client.ws_connect("/agents/helper/surrogate")
+    await greeting(ws)
+    await ws.send_str(SURROGATE_FRAMES[where])
+    answer = await receive(ws)
+    if answer["type"] == "cf_agent_use_chat_response":  # the request's id is fine: its request is refused
+        assert (answer["id"], answer["done"], answer["error"]) == ("r", True, True)
+        reason = answer["body"]
+    else:
+        assert answer["type"] == "think_actors_error"
+        reason = answer["error"]
+    assert "lone surrogate" in reason
+    assert await idle(ws, "p") == []
+    assert await (await client.get("/agents/helper/surrogate/get-messages")).json() == []
+    await ws.send_str(chat("ok", [user("again", "u2")]))
+    assert (await until(ws, done("ok")))[-1]["outcome"] == "completed"
+
+
+async def test_an_escaped_surrogate_pair_is_a_character_and_goes_through(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("nice")]))
+    ws = await client.ws_connect("/agents/helper/pair")
+    await greeting(ws)
+    frame = chat("r", [user("smile \U0001f600")])
+    assert "\\\\ud83d\\\\ude00" in frame  # the body's JSON text escapes it as a pair
+    await ws.send_str(frame)
+    assert (await until(ws, done("r")))[-1]["outcome"] == "completed"
+    stored = await (await client.get("/agents/helper/pair/get-messages")).json()
+    assert stored[0]["parts"][0]["text"] == "smile \U0001f600"

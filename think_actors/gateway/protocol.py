@@ -8,6 +8,7 @@ never the socket or the agent.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 __all__ = [
@@ -91,13 +92,15 @@ class RequestError(FrameError):
 
 
 def parse_frame(text: str | bytes) -> dict[str, Any]:
-    """The frame as a dict with a str ``type``."""
+    """The frame as a dict with a str ``type``; one holding a lone surrogate is refused whole."""
     try:
         frame = json.loads(text)
     except ValueError as err:
         raise FrameError(f'a frame must be JSON text ({err}); e.g. {{"type": "{CHAT_REQUEST}", ...}}') from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
         raise FrameError('a frame must be a JSON object with a string "type"')
+    if _lone_surrogate(text, frame):
+        raise FrameError(_SURROGATE)
     return frame
 
 
@@ -116,6 +119,8 @@ def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise RequestError(request_id, f"{CHAT_REQUEST} init.body is not JSON: {err}") from None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         raise RequestError(request_id, f"{CHAT_REQUEST} init.body needs a messages array")
+    if isinstance(raw, str) and _lone_surrogate(raw, body):
+        raise RequestError(request_id, f"{CHAT_REQUEST} init.body: {_SURROGATE}")
     client_tools(body.get("clientTools"), request_id)
     return request_id, body
 
@@ -132,6 +137,33 @@ def client_tools(value: Any, request_id: str | None = None) -> list[dict[str, An
         )
         raise FrameError(text) if request_id is None else RequestError(request_id, text)
     return list(value)
+
+
+# JSON text may escape half a surrogate pair (\ud800) where no character can stand; Python keeps it in the str,
+# and storing or encoding it later fails. Valid pairs were joined by json.loads, so any surrogate left is lone.
+_SURROGATE = (
+    "a frame must be valid Unicode: it holds a lone surrogate escape (\\ud800-\\udfff without its pair); "
+    "send whole characters"
+)
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(text: str | bytes, value: Any) -> bool:
+    """Whether any string (key or value) in the parsed ``value`` of JSON ``text`` holds a lone surrogate."""
+    if "\\u" not in (text if isinstance(text, str) else text.decode("utf-8", "replace")):
+        return False  # no escapes: the text came in as UTF-8, which cannot hold one
+    stack = [value]
+    while stack:  # a loop, not recursion: the nesting is the client's
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATES.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _tool_schema(tool: Any) -> bool:

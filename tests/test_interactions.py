@@ -284,3 +284,22 @@ async def test_the_body_and_client_tools_a_continuation_reuses_survive_a_restart
     await second.wait_until_stable(timeout_s=WAIT_S)
     assert [t["function"]["name"] for t in model.requests[0].tools] == ["charge", "refund", "ask"]
     assert [ctx.body for ctx in second.contexts("before_turn")] == [{"tab": "settings"}]
+
+
+async def test_a_result_for_a_call_awaiting_approval_leaves_no_pending_approval_behind() -> None:
+    # A part holds only the fields of its state (the AI SDK's UIToolInvocation): a result answers the call, and an
+    # approval that was requested and never given is not part of a result.
+    model = ScriptedModel([tool_call("refund", {"amount": 500}, id="big")])
+    agent = Shop(model=model, store=ta.MemoryStore())
+    await agent.chat("refund").collect()
+    assert await agent.add_tool_result("big", "handled by a person")
+    [part] = [p for m in await agent.store.load_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert part.to_wire() == {
+        "type": "tool-refund",
+        "toolCallId": "big",
+        "state": "output-available",
+        "toolName": "refund",
+        "input": {"amount": 500},
+        "output": "handled by a person",
+        "preliminary": False,
+    }

@@ -303,3 +303,24 @@ async def test_the_work_budget_bounds_recovery_even_when_attempts_make_progress(
     await store.put_turn(record)
     agent = await restart(store, ScriptedModel(), effects)
     assert agent.exhausted[0].reason == "work_budget"
+
+
+async def test_a_rerun_call_in_doubt_keeps_only_the_fields_of_its_final_state() -> None:
+    # The recovery turn's transcript repair marks the call in doubt as interrupted (an error) before it runs again;
+    # its result then settles it: the stored part is a plain result, no stale error beside the output.
+    effects = Effects()
+    store = await crash(ScriptedModel([tool_call("read", {}, id="c1")]), "tool:read:after-effect", effects)
+
+    agent = await restart(store, ScriptedModel([text("done")]), effects)
+
+    [part] = [p for m in await agent.store.load_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert part.to_wire() == {
+        "type": "tool-read",
+        "toolCallId": "c1",
+        "state": "output-available",
+        "toolName": "read",
+        "input": {},
+        "output": "read ok",
+        "preliminary": False,
+    }
+    assert effects.runs == {"c1": 2}

@@ -415,19 +415,13 @@ def _apply_tool_result(part: ToolPart, chunk: Any) -> ToolPart | None:
     if part.state in SETTLED_STATES and not part.preliminary:
         return None
     if isinstance(chunk, ToolOutputAvailableChunk):
-        return part.model_copy(
-            update={
-                "state": "output-available",
-                "output": chunk.output,
-                "preliminary": True if chunk.preliminary else None,
-            }
-        )
+        return part.with_state("output-available", output=chunk.output, preliminary=True if chunk.preliminary else None)
     if isinstance(chunk, ToolOutputErrorChunk):
-        return part.model_copy(update={"state": "output-error", "error_text": chunk.error_text, "preliminary": None})
+        return part.with_state("output-error", error_text=chunk.error_text)
     if isinstance(chunk, ToolOutputDeniedChunk):
         if part.state == "approval-responded" and part.approval and part.approval.approved:
             return None
-        return part.model_copy(update={"state": "output-denied", "preliminary": None})
+        return part.with_state("output-denied")
     return None
 
 
@@ -530,7 +524,7 @@ class MessageAccumulator:
         if part is None:
             self._set_tool(_new_tool_part(chunk, "input-available", input=chunk.input))
         elif part.state == "input-streaming":
-            self._set_tool(part.model_copy(update={"state": "input-available", "input": chunk.input}))
+            self._set_tool(part.with_state("input-available", input=chunk.input))
         self._tool_input_text.pop(chunk.tool_call_id, None)
 
     def _on_tool_input_error(self, chunk: ToolInputErrorChunk) -> None:
@@ -539,18 +533,14 @@ class MessageAccumulator:
             part = _new_tool_part(chunk, "input-streaming")
         if part.state in SETTLED_STATES:
             return
-        self._set_tool(
-            part.model_copy(update={"state": "output-error", "input": chunk.input, "error_text": chunk.error_text})
-        )
+        self._set_tool(part.with_state("output-error", input=chunk.input, error_text=chunk.error_text))
         self._tool_input_text.pop(chunk.tool_call_id, None)
 
     def _on_approval_request(self, chunk: ToolApprovalRequestChunk) -> None:
         part = self._tool(chunk.tool_call_id)
         if part is None or part.state in SETTLED_STATES or part.state == "approval-responded":
             return
-        self._set_tool(
-            part.model_copy(update={"state": "approval-requested", "approval": ToolApproval(id=chunk.approval_id)})
-        )
+        self._set_tool(part.with_state("approval-requested", approval=ToolApproval(id=chunk.approval_id)))
 
     def _on_tool_result(self, chunk: Any) -> ToolUpdate | None:
         part = self._tool(chunk.tool_call_id)

@@ -119,6 +119,30 @@ class ToolPart(WireModel):
     def settled(self) -> bool:
         return self.state in SETTLED_STATES
 
+    def with_state(self, state: ToolState, **changes: Any) -> ToolPart:
+        """This part in ``state`` with ``changes``, every field the new state does not have cleared.
+
+        The fields each state has are the AI SDK's (``UIToolInvocation``): only ``output-available`` has an output
+        (and ``preliminary``), only ``output-error`` an error text; an approval exists from ``approval-requested``
+        on (only its id while requested), and past the call only when it approved it (``output-denied`` keeps its
+        refusal). Every state change goes through here, so no part carries a field of a state it left.
+        """
+        fields: dict[str, Any] = {"state": state, **changes}
+        if state != "output-available":
+            fields["output"] = None
+            fields["preliminary"] = None
+        if state != "output-error":
+            fields["error_text"] = None
+        approval = fields.get("approval", self.approval)
+        if state in ("input-streaming", "input-available"):
+            approval = None
+        elif state == "approval-requested" and approval is not None:
+            approval = ToolApproval(id=approval.id)
+        elif state in ("output-available", "output-error") and approval is not None and approval.approved is not True:
+            approval = None
+        fields["approval"] = approval
+        return self.model_copy(update=fields)
+
 
 class SourceUrlPart(WireModel):
     type: Literal["source-url"] = "source-url"

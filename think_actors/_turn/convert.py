@@ -25,7 +25,7 @@ OLDER_TEXT_CHARS = 10_000
 
 def default_repair(part: ToolPart) -> ToolPart | MessagePart | None:
     """The reference repair: an interrupted call becomes an error result."""
-    return part.model_copy(update={"state": "output-error", "error_text": INTERRUPTED_TOOL_TEXT})
+    return part.with_state("output-error", error_text=INTERRUPTED_TOOL_TEXT)
 
 
 def _normalize_input(value: Any) -> tuple[Any, bool]:

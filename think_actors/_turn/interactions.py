@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from ..errors import ConfigurationError
-from ..messages import ToolApproval, ToolPart, UIMessage, new_id
+from ..messages import ToolApproval, ToolPart, ToolState, UIMessage, new_id
 from ..tools import _jsonable
 from .engine import Engine
 
@@ -77,10 +77,8 @@ class Interactions:
             if part.state not in (*WAITING, "approval-responded"):
                 return None  # already settled: the first answer wins
             if error is not None:
-                return part.model_copy(update={"state": "output-error", "error_text": error})
-            return part.model_copy(
-                update={"state": "output-available", "output": _jsonable(output), "preliminary": False}
-            )
+                return part.with_state("output-error", error_text=error)
+            return part.with_state("output-available", output=_jsonable(output), preliminary=False)
 
         return await self._apply(tool_call_id, settle, auto_continue)
 
@@ -95,8 +93,8 @@ class Interactions:
             approval = ToolApproval(
                 id=part.approval.id if part.approval else tool_call_id, approved=approved, reason=reason
             )
-            state = "approval-responded" if approved else "output-denied"
-            return part.model_copy(update={"state": state, "approval": approval})
+            state: ToolState = "approval-responded" if approved else "output-denied"
+            return part.with_state(state, approval=approval)
 
         return await self._apply(tool_call_id, answer, auto_continue)
 

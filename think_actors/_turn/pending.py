@@ -16,8 +16,8 @@ NO_LONGER_AVAILABLE = "The tool is no longer available."
 
 def settled(part: ToolPart, output: Any, error: str | None) -> ToolPart:
     if error is not None:
-        return part.model_copy(update={"state": "output-error", "error_text": error})
-    return part.model_copy(update={"state": "output-available", "output": output, "preliminary": False})
+        return part.with_state("output-error", error_text=error)
+    return part.with_state("output-available", output=output, preliminary=False)
 
 
 async def settle_part(engine: Engine, message_id: str, tool_call_id: str, output: Any, error: str | None) -> None:

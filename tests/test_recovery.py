@@ -15,7 +15,8 @@ import pytest
 
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
-from think_actors.testing import ScriptedModel, step, text, tool_call
+from think_actors.messages import ReasoningPart, TextPart
+from think_actors.testing import ScriptedModel, reasoning, step, text, tool_call
 
 WAIT_S = 5
 # A step whose text and tool result reach the chunk log before on_step_finish (settled results flush at once).
@@ -324,3 +325,39 @@ async def test_a_rerun_call_in_doubt_keeps_only_the_fields_of_its_final_state() 
         "preliminary": False,
     }
     assert effects.runs == {"c1": 2}
+
+
+class FreezesMidPart(Crashable):
+    """Freezes at the 150th delta of a long part: the first batch of the log (128 chunks) holds its start and the
+    deltas before it, never its end."""
+
+    deltas = 0
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        if ctx.type in ("text-delta", "reasoning-delta"):
+            self.deltas += 1
+            await self.point(f"delta:{self.deltas}")
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["continued", "given-up"])
+@pytest.mark.parametrize("kind", ["text", "reasoning"])
+async def test_the_partial_reply_of_a_recovered_turn_is_stored_finished(kind: str, resume: bool) -> None:
+    effects = Effects()
+    store = ta.MemoryStore()
+    long_part = (text if kind == "text" else reasoning)("x" * 200, chunk_size=1)
+    crashed = FreezesMidPart(model=ScriptedModel([long_part]), store=store, freeze_at="delta:150", effects=effects)
+    task = asyncio.create_task(crashed.save_messages("go"))
+    await asyncio.wait_for(crashed.frozen.wait(), WAIT_S)
+    snapshot = copy.deepcopy(store)
+    task.cancel()
+
+    model = ScriptedModel([text("the rest.")] if resume else [])
+    agent = await restart(snapshot, model, effects, decision=ta.RecoveryDecision(resume=resume))
+
+    stored = await agent.store.load_messages()
+    assert [m.role for m in stored] == ["user", "assistant", "assistant"][: 3 if resume else 2]
+    [part] = [p for p in stored[1].parts if isinstance(p, TextPart | ReasoningPart)]
+    assert (part.type, part.state) == (kind, "done")
+    assert 0 < len(part.text) < 150  # what the log held when the process died
+    if resume:
+        assert [(p.type, p.state) for p in stored[2].parts if isinstance(p, TextPart)] == [("text", "done")]

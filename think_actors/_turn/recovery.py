@@ -31,7 +31,7 @@ from ..hooks import (
     Substitute,
     ToolReconcileContext,
 )
-from ..messages import SETTLED_STATES, StepStartPart, ToolPart, UIMessage, new_id
+from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
 from .engine import Engine
@@ -186,7 +186,8 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             acc.apply(parse_chunk(data))
         except Exception:  # a chunk this version cannot read: the rest still rebuilds
             log.warning("recovery of %s skipped an unreadable chunk", record.request_id)
-    partial = acc.message() if acc.has_content else None
+    # The stream that built it ended with the crash: its text and reasoning are as done as they will ever be.
+    partial = _finished_parts(acc.message()) if acc.has_content else None
     # A continuation that was itself interrupted before saying anything continues the reply stored before it.
     resumes_stored = record.continuation and bool(engine.messages) and engine.messages[-1].role == "assistant"
     kind = "continue" if partial is not None or resumes_stored else "retry"
@@ -360,6 +361,17 @@ async def _reconcile(agent: Any, ctx: ToolReconcileContext) -> Rerun | Substitut
     if isinstance(decision, Rerun | Substitute | Fail):
         return decision
     return Rerun() if ctx.idempotent else Fail(UNKNOWN_OUTCOME)
+
+
+def _finished_parts(message: UIMessage) -> UIMessage:
+    """The message with every text and reasoning part still ``streaming`` marked ``done``."""
+    parts = tuple(
+        p.model_copy(update={"state": "done"})
+        if isinstance(p, TextPart | ReasoningPart) and p.state == "streaming"
+        else p
+        for p in message.parts
+    )
+    return message.model_copy(update={"parts": parts})
 
 
 def _settled_only(message: UIMessage) -> UIMessage | None:

@@ -147,3 +147,43 @@ async def test_an_escaped_surrogate_pair_is_a_character_and_goes_through(gateway
     assert (await until(ws, done("r")))[-1]["outcome"] == "completed"
     stored = await (await client.get("/agents/helper/pair/get-messages")).json()
     assert stored[0]["parts"][0]["text"] == "smile \U0001f600"
+
+
+def tool_result(call: str, **extra: Any) -> str:
+    return json.dumps({"type": "cf_agent_tool_result", "toolCallId": call, "toolName": "ask", "output": "x", **extra})
+
+
+def approval(call: str, approved: bool = True, **extra: Any) -> str:
+    return json.dumps({"type": "cf_agent_tool_approval", "toolCallId": call, "approved": approved, **extra})
+
+
+UNKNOWN_ANSWERS = {
+    "result, auto-continue": tool_result("nope", autoContinue=True),
+    "result": tool_result("nope"),
+    "error result, auto-continue": tool_result("nope", state="output-error", errorText="x", autoContinue=True),
+    "approval, auto-continue": approval("nope", autoContinue=True),
+    "denial": approval("nope", False),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(UNKNOWN_ANSWERS))
+async def test_an_answer_for_an_unknown_tool_call_is_refused_and_arms_nothing(gateway: Any, answer: str) -> None:
+    client = await gateway(model=ScriptedModel([text("one"), text("two")]))
+    ws = await client.ws_connect("/agents/helper/unknown")
+    other = await client.ws_connect("/agents/helper/unknown")
+    await greeting(ws)
+    await greeting(other)
+    await ws.send_str(chat("r", [user()]))
+    await until(ws, done("r"))
+    await until(other, done("r"))
+    await ws.send_str(UNKNOWN_ANSWERS[answer])
+    refused = await receive(ws)
+    assert refused == {"type": "think_actors_error", "error": refused["error"]}
+    assert refused["error"].startswith("no tool call 'nope' waits for an answer")
+    # Nothing was armed: every socket's resume request hears that the agent is idle, now and later.
+    assert await idle(ws, "p1") == []
+    assert await idle(other, "p2") == []
+    await ws.send_str(chat("r2", [user("next", "u2")]))
+    assert (await until(ws, done("r2")))[-1]["outcome"] == "completed"
+    await until(other, done("r2"))
+    assert await idle(other, "p3") == []

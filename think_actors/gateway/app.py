@@ -15,7 +15,7 @@ import contextlib
 import hmac
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -297,16 +297,17 @@ class Gateway:
                 error = None
                 if frame.get("state") == "output-error":
                     error = frame.get("errorText") or DENIED
-                self._expect_continuation(ws, room, frame)
-                await agent.add_tool_result(
-                    call, frame.get("output"), error=error, auto_continue=bool(frame.get("autoContinue"))
-                )
+                auto = bool(frame.get("autoContinue"))
+                answer = agent.add_tool_result(call, frame.get("output"), error=error, auto_continue=auto)
+                await self._tool_answer(ws, room, frame, call, answer)
             elif kind == protocol.TOOL_APPROVAL:
                 call = protocol.tool_call_id(frame)
                 if not isinstance(frame.get("approved"), bool):
                     raise FrameError(f"{protocol.TOOL_APPROVAL} needs approved: true or false")
-                self._expect_continuation(ws, room, frame)
-                await agent.add_tool_approval(call, frame["approved"], auto_continue=bool(frame.get("autoContinue")))
+                auto = bool(frame.get("autoContinue"))
+                await self._tool_answer(
+                    ws, room, frame, call, agent.add_tool_approval(call, frame["approved"], auto_continue=auto)
+                )
             else:
                 raise FrameError(
                     f"unknown frame type {kind!r}; this gateway speaks: {', '.join(sorted(protocol.KNOWN))}"
@@ -321,13 +322,41 @@ class Gateway:
             log.exception("frame handling failed")
             await _error(ws, f"could not handle the frame: {type(err).__name__}: {err}")
 
+    async def _tool_answer(
+        self, ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any], call: str, answer: Awaitable[bool]
+    ) -> None:
+        """Apply a tool result or approval. One that no waiting call takes is refused and arms no continuation
+        (the reference takes it silently, and its sockets then wait for a continuation that never comes)."""
+        undo = self._expect_continuation(ws, room, frame)  # before the answer: the continuation may start at once
+        if not await answer:
+            undo()
+            raise FrameError(
+                f"no tool call {call!r} waits for an answer: the id is unknown, or the call was answered already "
+                "(the first answer wins)"
+            )
+
     @staticmethod
-    def _expect_continuation(ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any]) -> None:
-        """A tool answer that asks to auto-continue: its socket follows the continuation through a resume."""
-        if frame.get("autoContinue"):
-            room.expecting = True
-            room.owner = ws
-            room.awaiting[ws] = None
+    def _expect_continuation(ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any]) -> Callable[[], None]:
+        """A tool answer that asks to auto-continue: its socket follows the continuation through a resume.
+        Returns what takes the expectation back."""
+        if not frame.get("autoContinue"):
+            return lambda: None
+        expecting, owner, awaited, probe = room.expecting, room.owner, ws in room.awaiting, room.awaiting.get(ws)
+        room.expecting = True
+        room.owner = ws
+        room.awaiting[ws] = None
+
+        def undo() -> None:  # only what this answer changed, and only if a continuation did not take it since
+            room.expecting = room.expecting and expecting
+            if room.owner is ws:
+                room.owner = owner
+            if ws in room.awaiting:
+                if awaited:
+                    room.awaiting[ws] = probe
+                else:
+                    del room.awaiting[ws]
+
+        return undo
 
     async def _resume_request(self, ws: web.WebSocketResponse, room: _Room, probe: Any) -> None:
         """A client asks for the running stream (reference ``handleResumeRequest``)."""

@@ -238,14 +238,14 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any
 async def test_a_token_guards_every_route_but_healthz(gateway: Any) -> None:
     client = await gateway(token="s3cret")
     assert (await client.get("/healthz")).status == 200
-    assert (await client.get("/agents/helper/t/get-messages")).status == 401
-    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer nope"})).status == 401
-    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer s3cret"})).status == 200
-    assert (await client.get("/agents/helper/t/get-messages?token=s3cret")).status == 200
     with pytest.raises(aiohttp.WSServerHandshakeError):
         await client.ws_connect("/agents/helper/t")
     ws = await client.ws_connect("/agents/helper/t?token=s3cret")
     assert (await greeting(ws))["type"] == "cf_agent_chat_messages"
+    assert (await client.get("/agents/helper/t/get-messages")).status == 401
+    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer nope"})).status == 401
+    assert (await client.get("/agents/helper/t/get-messages", headers={"Authorization": "Bearer s3cret"})).status == 200
+    assert (await client.get("/agents/helper/t/get-messages?token=s3cret")).status == 200
 
 
 async def test_names_classes_and_origins_are_checked(gateway: Any) -> None:
@@ -258,8 +258,9 @@ async def test_names_classes_and_origins_are_checked(gateway: Any) -> None:
     assert (
         await client.get("/agents/helper/ok/get-messages", headers={"Origin": "https://evil.example"})
     ).status == 403
-    assert (await client.get("/agents/helper/ok/get-messages", headers={"Origin": "https://app.example"})).status == 200
-    assert (await client.get("/agents/helper/a.b:c@d/get-messages")).status == 200
+    # Allowed and well-named, but never run: not found (a read creates no agent).
+    assert (await client.get("/agents/helper/ok/get-messages", headers={"Origin": "https://app.example"})).status == 404
+    assert (await client.get("/agents/helper/a.b:c@d/get-messages")).status == 404
     assert (await client.get("/agents/helper/-bad/get-messages")).status == 400
 
 

@@ -53,6 +53,8 @@ async def test_think_actors_serve_runs_one_gateway_actor_per_machine(ray_runtime
         [(_, url)] = gateways  # one machine: one gateway, however many simulated nodes
         async with aiohttp.ClientSession() as session:
             async with session.get(f"{url}/healthz") as health:
+                assert await health.json() == {"ok": True}  # the classes only with the token
+            async with session.get(f"{url}/healthz?token=t0k") as health:
                 assert "survivor" in (await health.json())["classes"]
             async with session.ws_connect(f"{url}/agents/survivor/{unique}?token=t0k") as ws:
                 await greeting(ws)

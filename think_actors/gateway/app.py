@@ -4,15 +4,16 @@ Routes: ``/agents/{agent-class-in-kebab-case}/{name}`` (WebSocket), ``GET .../ge
 Every socket of one agent sees the same frames: a turn's chunks go to all of them, in order. A chat request's
 new messages are stored before its turn is queued (reference §1.1 order), so a reconnecting tab finds them.
 
-Security: with a token, every HTTP and WebSocket request must carry it (``Authorization: Bearer <token>`` or
-``?token=``), compared in constant time; ``serve`` refuses to bind a non-loopback host without one.
+Security (``security.py``): with a token, every request but ``/healthz`` must carry it; a page may use the gateway
+only from the gateway's own origin or one listed in ``allowed_origins``; without a token, only requests sent to a
+loopback host are served (``serve`` refuses to bind a non-loopback host without one). ``/healthz`` lists the agent
+classes only to a request that may use the gateway. A read never creates an agent: one that never ran is a 404.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -25,7 +26,7 @@ from ..agent import Think, kebab_case
 from ..errors import InvalidAgentNameError, ThinkError
 from ..messages import ToolPart, UIMessage
 from ..store import validate_agent_name
-from . import protocol
+from . import protocol, security
 from .protocol import FrameError
 
 __all__ = ["AgentDirectory", "Gateway", "LocalDirectory", "RayDirectory"]
@@ -50,10 +51,14 @@ class AgentDirectory:
         cls = self.classes.get(slug)
         if cls is None:
             known = ", ".join(sorted(self.classes)) or "none"
-            raise web.HTTPNotFound(text=f"no agent class {slug!r} here; the classes are: {known}")
+            raise _refused(web.HTTPNotFound, f"no agent class {slug!r} here; the classes are: {known}")
         return cls
 
     async def get(self, slug: str, name: str) -> Any:
+        raise NotImplementedError
+
+    async def find(self, slug: str, name: str) -> Any | None:
+        """The agent if it exists, else None; never creates it (reads use this, so they cannot create agents)."""
         raise NotImplementedError
 
 
@@ -75,6 +80,21 @@ class LocalDirectory(AgentDirectory):
             handle = self._agents[key] = LocalAgentHandle(cls(name, **self.options))
         return handle
 
+    async def find(self, slug: str, name: str) -> Any | None:
+        """An agent this directory has, or one whose store holds it (from before a restart)."""
+        from ..delegation import LocalAgentHandle
+        from ..store import Store
+
+        cls = self.agent_class(slug)
+        key = f"{slug}/{name}"
+        if key in self._agents:
+            return self._agents[key]
+        agent = cls(name, **self.options)  # builds its store object; nothing is opened or written yet
+        exists = getattr(agent.store, "exists", None)
+        if not await (exists() if exists is not None else Store.exists(agent.store)):
+            return None
+        return self._agents.setdefault(key, LocalAgentHandle(agent))  # a socket may have made it meanwhile
+
 
 class RayDirectory(AgentDirectory):
     """Agents as Ray actors: spawned, or found and woken, by name."""
@@ -83,6 +103,19 @@ class RayDirectory(AgentDirectory):
         from ..runtime import spawn
 
         return await spawn(self.agent_class(slug), name)
+
+    async def find(self, slug: str, name: str) -> Any | None:
+        """An agent the cluster started or provisioned (its registry record), woken if it hibernates."""
+        from ..errors import AgentUnavailableError
+        from ..runtime import get
+
+        cls = self.agent_class(slug)
+        try:
+            return await get(cls, name)
+        except AgentUnavailableError as err:
+            if err.retryable:  # it exists, and could not be woken just now
+                raise
+            return None
 
 
 class _Stream:
@@ -93,6 +126,12 @@ class _Stream:
         self.continuation = continuation
         self.frames: list[dict[str, Any]] = []
         self.done = False
+        # Sockets that have every frame so far: the room's sockets when it started, and the ones that caught up
+        # by a replay. While out of the resuming and replaying sets, they follow it live.
+        self.followers: set[web.WebSocketResponse] = set()
+
+    def followed_by(self, ws: web.WebSocketResponse, room: _Room) -> bool:
+        return ws in self.followers and ws not in room.resuming and ws not in room.replaying
 
 
 class _Room:
@@ -143,12 +182,14 @@ class Gateway:
     ):
         self.directory = directory
         self.token = token
-        self.allowed_origins = set(allowed_origins) if allowed_origins is not None else None
+        # Pages of other origins than the gateway's own that may use it (security.py, rule 2).
+        self.origins = security.OriginPolicy(allowed_origins)
         self.max_frame_bytes = max_frame_bytes
         self._rooms: dict[str, _Room] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def app(self) -> web.Application:
+        security.redact_logs()  # aiohttp's access log would show ?token= in every request line
         app = web.Application(middlewares=[self._guard])
         app.router.add_get("/", self._page)
         app.router.add_get("/healthz", self._healthz)
@@ -161,40 +202,49 @@ class Gateway:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-        if request.path != "/healthz":
-            if self.token is not None and not self._authorized(request):
-                raise web.HTTPUnauthorized(text="missing or wrong token: send Authorization: Bearer <token> or ?token=")
-            origin = request.headers.get("Origin")
-            if self.allowed_origins is not None and origin is not None and origin not in self.allowed_origins:
-                raise web.HTTPForbidden(text=f"origin {origin!r} is not allowed")
+        if request.path != "/healthz":  # it always answers that the server is up
+            refusal = self._refusal(request)
+            if refusal is not None:
+                raise refusal
         response: web.StreamResponse = await handler(request)
         return response
 
-    def _authorized(self, request: web.Request) -> bool:
-        assert self.token is not None
-        given = request.query.get("token", "")
-        header = request.headers.get("Authorization", "")
-        if header.lower().startswith("bearer "):
-            given = header[7:]
-        return hmac.compare_digest(given.encode(), self.token.encode())
+    def _refusal(self, request: web.Request) -> web.HTTPException | None:
+        """Why the request may not use the gateway (401 or 403), or None."""
+        if self.token is not None and not security.token_matches(request, self.token):
+            return _refused(
+                web.HTTPUnauthorized, "missing or wrong token: send Authorization: Bearer <token> or ?token="
+            )
+        reason = self.origins.refusal(request, token_required=self.token is not None)
+        return None if reason is None else _refused(web.HTTPForbidden, reason)
 
     async def _page(self, request: web.Request) -> web.Response:
         """The chat page: plain HTML and script, no build step."""
         return web.Response(text=_PAGE.read_text(encoding="utf-8"), content_type="text/html")
 
     async def _healthz(self, request: web.Request) -> web.Response:
+        """That the server is up; the agent classes too, to a request that may use the gateway."""
+        if self._refusal(request) is not None:
+            return web.json_response({"ok": True})
         return web.json_response({"ok": True, "classes": sorted(self.directory.classes)})
 
-    async def _agent(self, request: web.Request) -> tuple[str, Any]:
+    async def _agent(self, request: web.Request, *, create: bool = True) -> tuple[str, Any]:
+        """The agent the request names; a read (``create=False``) of one that does not exist is a 404."""
         slug, name = request.match_info["cls"], request.match_info["name"]
         try:
             validate_agent_name(name)
         except InvalidAgentNameError as err:
-            raise web.HTTPBadRequest(text=err.message) from None
-        return f"{slug}/{name}", await self.directory.get(slug, name)
+            raise _refused(web.HTTPBadRequest, err.message) from None
+        if create:
+            return f"{slug}/{name}", await self.directory.get(slug, name)
+        agent = await self.directory.find(slug, name)
+        if agent is None:
+            message = f"no agent {slug}/{name} here: it never ran (a chat over its WebSocket starts it)"
+            raise _refused(web.HTTPNotFound, message)
+        return f"{slug}/{name}", agent
 
     async def _get_messages(self, request: web.Request) -> web.Response:
-        _, agent = await self._agent(request)
+        _, agent = await self._agent(request, create=False)
         messages = await agent.get_messages()
         return web.json_response([wire_message(m) for m in messages])
 
@@ -367,6 +417,12 @@ class Gateway:
                 # Another tab asked for this continuation and follows it; this one sees its frames live.
                 reply = {"type": protocol.STREAM_RESUME_NONE, "reason": "continuation-owned", **probe_ids}
                 await ws.send_str(protocol.dumps(reply))
+            elif active.followed_by(ws, room):
+                # It follows the stream already: the answer is the same, and it goes on getting every frame live
+                # (the reference takes it out of the broadcast until an ACK its client never sends again).
+                await ws.send_str(
+                    protocol.dumps({"type": protocol.STREAM_RESUMING, "id": active.request_id, **probe_ids})
+                )
             else:
                 await self._offer_resume(ws, room, probe)
         elif room.expecting and (room.owner is None or room.owner is ws):
@@ -516,6 +572,7 @@ class Gateway:
         As the reference does, the stored transcript goes out before the terminal frame, and terminal frames
         carry the ids of the user messages the request brought (``messageIds``)."""
         stream = room.active = _Stream(request_id, continuation)
+        stream.followers = set(room.sockets)  # they get every frame live, but for the ones told RESUMING below
         waiting = dict(room.parked)  # sockets waiting for a stream to start
         room.parked.clear()
         if continuation:
@@ -604,8 +661,16 @@ class Gateway:
 
     async def _replay(self, ws: web.WebSocketResponse, room: _Room, request_id: Any) -> None:
         """After an ACK: every frame of the stream so far (``replay``), then live frames again."""
+        following = room.active is not None and room.active.followed_by(ws, room)
         room.resuming.discard(ws)
         stream = room.active if room.active is not None and room.active.request_id == request_id else None
+        if stream is not None and following:
+            # It has every frame already (an ACK after a repeated resume request): none is sent twice.
+            marker = protocol.response(
+                stream.request_id, "", done=False, replay=True, replayComplete=True, continuation=stream.continuation
+            )
+            await ws.send_str(protocol.dumps(marker))
+            return
         if stream is None and room.last is not None and room.last.request_id == request_id:
             stream = room.last
         if stream is None:
@@ -634,6 +699,7 @@ class Gateway:
                     await ws.send_str(protocol.dumps(marker))
                     continue
                 if sent == len(stream.frames):
+                    stream.followers.add(ws)
                     return
         finally:
             room.replaying.discard(ws)
@@ -781,3 +847,8 @@ _STRATEGIES = frozenset({"queue", "latest", "merge", "drop", "debounce", "steer"
 
 async def _error(ws: web.WebSocketResponse, text: str) -> None:
     await ws.send_str(protocol.dumps({"type": protocol.ERROR, "error": text}))
+
+
+def _refused(kind: type[web.HTTPException], message: str) -> web.HTTPException:
+    """An HTTP error whose body is ``{"error": message}``."""
+    return kind(text=json.dumps({"error": message}), content_type="application/json")

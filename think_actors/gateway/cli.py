@@ -14,6 +14,7 @@ from typing import Any
 
 from ..agent import Think
 from ..errors import ConfigurationError
+from .security import OriginPolicy
 
 DEFAULT_APP = "agents.team"
 _WATCH_S = 5.0  # how often ``serve`` looks for machines and nodes that joined the cluster
@@ -55,7 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--token", default=None, help="bearer token every request must carry")
     serve.add_argument("--local", action="store_true", help="run agents in this process instead of on Ray")
     serve.add_argument("--address", default=None, help="Ray address to join (default: start local Ray)")
-    serve.add_argument("--origin", action="append", default=None, help="allowed Origin (repeat; default: any)")
+    serve.add_argument(
+        "--origin",
+        action="append",
+        default=None,
+        help="a site whose pages may use the gateway, as scheme://host[:port] (repeat; default: its own pages only)",
+    )
     serve.add_argument("--max-frame-bytes", type=int, default=4 * 1024 * 1024, help="largest frame accepted")
     serve.add_argument(
         "--model-pools",
@@ -66,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         check_binding(args.host, args.token)
+        OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
         classes = agent_classes(args.app)
     except ConfigurationError as err:
         print(f"think-actors: {err.message}", file=sys.stderr)

@@ -210,6 +210,12 @@ class Store(Protocol):
         """Delete every turn record, chunk log and effect (``clear()``: the conversation they belong to is gone)."""
         ...
 
+    async def exists(self) -> bool:
+        """Whether the agent was ever stored here, asked without creating its file or rows (the gateway answers
+        404 to a read of an agent that never ran). Optional: the gateway calls this default for a store without
+        it, which reads the messages (and may create what the store creates on first use)."""
+        return bool(await self.load_messages())
+
     async def close(self) -> None: ...
 
 

@@ -62,8 +62,10 @@ class MemoryStore:
         self._chunks: dict[str, list[bytes]] = {}
         self._effects: dict[str, dict[str, Any]] = {}
         self._closed = False
+        self._used = False
 
     def _check_open(self) -> None:
+        self._used = True
         if self._closed:
             raise StoreError("MemoryStore is closed")
 
@@ -331,6 +333,10 @@ class MemoryStore:
         self._turns.clear()
         self._chunks.clear()
         self._effects.clear()
+
+    async def exists(self) -> bool:
+        """Whether the store was ever used (as SQLiteStore's file exists after its first use)."""
+        return self._used
 
     async def close(self) -> None:
         """Refuse further use, as SQLiteStore does; closing twice is fine."""

@@ -195,6 +195,8 @@ _CLAIM = (
     "ON CONFLICT (path) DO UPDATE SET generation = agents.generation + 1, claimed_at = now() RETURNING generation"
 )
 
+_EXISTS = f"SELECT EXISTS (SELECT 1 FROM {_S}.agents WHERE path = $1)"
+
 
 class _LostRace(Exception):
     """Rolls back an insert whose id or key another writer took first."""
@@ -516,6 +518,20 @@ class PostgresStore:
     async def clear_turn_state(self) -> None:
         """Delete every turn record, chunk log and effect; submissions and messages stay."""
         await self._write("clear turn state", _CLEAR_TURN_STATE)
+
+    async def exists(self) -> bool:
+        """Whether the agent has a lease row (every store of it that was ever used claimed one), asked without
+        claiming one."""
+        if self._pool is not None:
+            return True
+        try:
+            if self._own_pool is not None:
+                async with self._own_pool.acquire() as conn:
+                    await migrate(conn)
+                    return bool(await conn.fetchval(_EXISTS, self._agent))
+            return bool(await (await shared_pool(self._url)).fetchval(_EXISTS, self._agent))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            raise self._error("look the agent up", exc) from exc
 
     async def close(self) -> None:
         """Refuse further use; the shared pool stays open for the process's other stores. Closing twice is fine."""

@@ -495,6 +495,11 @@ class SQLiteStore:
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM effects")
 
+    async def exists(self) -> bool:
+        """Whether the agent's file exists (any first use creates it); looking creates nothing."""
+        # One stat, in the loop's thread as every sqlite3 call of this store is.
+        return self._conn is not None or os.path.exists(self._path)  # noqa: ASYNC240
+
     async def close(self) -> None:
         """Close the connection; the store refuses further use. Closing twice is fine."""
         self._closed = True

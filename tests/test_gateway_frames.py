@@ -15,6 +15,7 @@ from helpers import greeting
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
 from think_actors.testing import ScriptedModel, text
 
 WAIT_S = 5
@@ -187,3 +188,59 @@ async def test_an_answer_for_an_unknown_tool_call_is_refused_and_arms_nothing(ga
     assert (await until(ws, done("r2")))[-1]["outcome"] == "completed"
     await until(other, done("r2"))
     assert await idle(other, "p3") == []
+
+
+class GatedModel:
+    """Streams ``before``, waits until ``gate`` is set, then streams ``after``."""
+
+    model_id = "gated"
+
+    def __init__(self, before: list[str], after: list[str]) -> None:
+        self.before, self.after = before, after
+        self.gate = asyncio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        for delta in self.before:
+            yield TextDelta(delta)
+        await self.gate.wait()
+        for delta in self.after:
+            yield TextDelta(delta)
+        yield FinishEvent("stop", Usage())
+
+
+def deltas(frames: list[dict[str, Any]]) -> list[str]:
+    bodies = [json.loads(f["body"]) for f in frames if f["type"] == "cf_agent_use_chat_response" and f["body"]]
+    return [b["delta"] for b in bodies if b["type"] == "text-delta"]
+
+
+def resume_ack(request_id: str) -> str:
+    return json.dumps({"type": "cf_agent_stream_resume_ack", "id": request_id})
+
+
+@pytest.mark.parametrize("acks_again", [False, True], ids=["no second ack", "second ack"])
+async def test_a_second_resume_request_leaves_a_socket_that_follows_the_stream_following_it(
+    gateway: Any, acks_again: bool
+) -> None:
+    model = GatedModel(["s00", "s01", "s02"], ["s03", "s04"])
+    client = await gateway(model=model)
+    sender = await client.ws_connect("/agents/helper/twice")
+    await greeting(sender)
+    await sender.send_str(chat("r", [user()]))
+    await until(sender, lambda f: f.get("body") and '"s02"' in f["body"])
+    tab = await client.ws_connect("/agents/helper/twice")
+    assert await greeting(tab) == {"type": "cf_agent_stream_resuming", "id": "r"}
+    await tab.send_str(resume_ack("r"))
+    caught_up = await until(tab, lambda f: f.get("replayComplete") is True)
+    assert deltas(caught_up) == ["s00", "s01", "s02"]
+
+    await tab.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p2"}))
+    assert await receive(tab) == {"type": "cf_agent_stream_resuming", "id": "r", "probeId": "p2"}
+    if acks_again:  # it has every frame so far: nothing is sent twice
+        await tab.send_str(resume_ack("r"))
+        marker = {"type": "cf_agent_use_chat_response", "id": "r", "body": "", "done": False, "replay": True}
+        assert await receive(tab) == {**marker, "replayComplete": True}
+    model.gate.set()
+    rest = await until(tab, done("r"))
+    assert deltas(rest) == ["s03", "s04"]  # still live, each once
+    assert not any(f.get("replay") for f in rest)
+    assert deltas(await until(sender, done("r"))) == ["s03", "s04"]

@@ -16,7 +16,7 @@ import pytest
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
 from think_actors.messages import ReasoningPart, TextPart
-from think_actors.testing import ScriptedModel, reasoning, step, text, tool_call
+from think_actors.testing import ScriptedModel, error, reasoning, step, text, tool_call
 
 WAIT_S = 5
 # A step whose text and tool result reach the chunk log before on_step_finish (settled results flush at once).
@@ -361,3 +361,40 @@ async def test_the_partial_reply_of_a_recovered_turn_is_stored_finished(kind: st
     assert 0 < len(part.text) < 150  # what the log held when the process died
     if resume:
         assert [(p.type, p.state) for p in stored[2].parts if isinstance(p, TextPart)] == [("text", "done")]
+
+
+class FreezesInResponseHook(Crashable):
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await self.point("on_chat_response")
+
+
+@pytest.mark.parametrize(
+    ("reply", "status", "error_text"),
+    [
+        (text("answered"), "completed", None),
+        (error(ta.ProviderError("upstream broke"), after=text("answered")), "error", "upstream broke"),
+    ],
+    ids=["completed", "error"],
+)
+async def test_a_crash_in_the_response_hook_of_a_submission_settles_it_without_running_it_again(
+    reply: Any, status: str, error_text: str | None
+) -> None:
+    # The turn had ended (its reply stored, the slot released); only its submission's status was still to write.
+    effects = Effects()
+    store = ta.MemoryStore()
+    crashed = FreezesInResponseHook(
+        model=ScriptedModel([reply]), store=store, freeze_at="on_chat_response", effects=effects
+    )
+    await crashed.submit_messages("nightly job", submission_id="s1")
+    await asyncio.wait_for(crashed.frozen.wait(), WAIT_S)
+    snapshot = copy.deepcopy(store)
+    assert (await crashed.inspect_submission("s1")).status == "running"  # type: ignore[union-attr]
+
+    model = ScriptedModel()
+    restarted = await restart(snapshot, model, effects)
+    final = await restarted.wait_for_submission("s1", timeout_s=WAIT_S)
+
+    assert (final.status, final.error) == (status, error_text)
+    assert texts(restarted) == [("user", "nightly job"), ("assistant", "answered")]
+    assert model.requests == [] and restarted.recoveries == [] and recovery_events(restarted) == []
+    assert await restarted.store.list_turns() == []

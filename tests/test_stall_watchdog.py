@@ -118,3 +118,15 @@ async def test_a_turn_that_keeps_stalling_ends_through_the_same_exhaustion_path_
     assert texts(agent) == [("user", "hi"), ("assistant", "partial")]
     assert await agent.store.list_turns() == []
     model.assert_complete()
+
+
+async def test_a_stalled_submission_is_completed_by_its_resumed_turn() -> None:
+    # The stopped attempt is not the submission's end: the turn goes on in recovery, whose end is the status.
+    model = ScriptedModel([step(text("partial "), delay(5), text("never")), text("and the rest")])
+    agent = Watched(model=model, store=ta.MemoryStore())
+
+    sub = await agent.submit_messages("nightly job")
+    final = await agent.wait_for_submission(sub.submission_id, timeout_s=WAIT_S)
+
+    assert (final.status, final.error) == ("completed", None)
+    assert texts(agent) == [("user", "nightly job"), ("assistant", "partial "), ("assistant", "and the rest")]

@@ -55,6 +55,38 @@ async def test_a_submission_is_accepted_then_runs_through_the_normal_turn_path()
     assert agent.statuses == [(accepted.submission_id, s) for s in ("pending", "running", "completed")]
 
 
+async def test_the_final_status_is_written_after_the_response_hook_outside_the_turn_slot() -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    class SlowResponse(Submitter):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.hook_finished: list[str] = []
+
+        async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+            await super().on_chat_response(result)
+            if result.request_id == "s1":
+                entered.set()
+                await release.wait()
+            self.hook_finished.append(result.request_id)
+
+    agent = make(ScriptedModel([text("done"), text("meanwhile too")]), cls=SlowResponse)
+    await agent.submit_messages("nightly", submission_id="s1")
+    waiting = asyncio.create_task(agent.wait_for_submission("s1", timeout_s=WAIT_S))
+    await asyncio.wait_for(entered.wait(), WAIT_S)
+
+    # The turn is over and its slot released (another turn runs meanwhile); the submission is not final yet.
+    meanwhile = await asyncio.wait_for(agent.save_messages("meanwhile"), WAIT_S)
+    assert meanwhile.status == "completed"
+    assert (await agent.inspect_submission("s1")).status == "running"  # type: ignore[union-attr]
+    assert agent.statuses == [("s1", "pending"), ("s1", "running")]
+    release.set()
+    final = await waiting
+    assert final.status == "completed"
+    assert agent.hook_finished == [meanwhile.request_id, "s1"]  # the submission's hook had finished
+    assert agent.statuses == [("s1", "pending"), ("s1", "running"), ("s1", "completed")]
+
+
 async def test_status_hooks_are_awaited_before_acceptance_returns() -> None:
     gate = asyncio.Event()
 

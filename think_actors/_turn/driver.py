@@ -86,7 +86,10 @@ class TurnSpec:
     recover: Any = None  # the TurnRecord of an interrupted turn this turn recovers
     should_apply: Callable[[], Awaitable[bool]] | None = None  # checked before the input is appended (submissions)
     on_applied: Callable[[], Awaitable[None]] | None = None  # after the input was appended
-    on_finished: Callable[[TurnOutcome], Awaitable[None]] | None = None  # inside the slot, before the record goes
+    # A submission's status: written after the response hook, while the record (marked finished) still exists.
+    on_finished: Callable[[TurnOutcome], Awaitable[None]] | None = None
+    finalize: Callable[[], Awaitable[None]] | None = None  # what ``finish`` left for after the response hook
+    resumed: bool = False  # handed to recovery (a stalled stream, a dead model server), which finishes it
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
     stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish
@@ -303,8 +306,12 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
     finally:
         engine.stream_ended()
         # The slot is released: the next queued turn may start while the response hook runs.
-        if spec.response is not None:
-            await engine.fire_response(spec.response)
+        try:
+            if spec.response is not None:
+                await engine.fire_response(spec.response)
+        finally:
+            if spec.finalize is not None:
+                await spec.finalize()
         if admitted:
             engine.publish(
                 "chat:turn:finish",
@@ -410,9 +417,12 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
 
 
 async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
-    """End a turn durably: what depends on its outcome (a submission's status) first, then its record.
+    """End a turn durably, inside its slot: its reply stored, its record removed.
 
     A turn stopped to be resumed keeps its record and goes to recovery, which finishes it (and its submission).
+    A turn with ``on_finished`` (a submission's) keeps its record, marked finished with the outcome, until
+    ``on_finished`` has run after the response hook (Think writes a submission's final status after it): a crash
+    in between leaves a finished turn for the restart to settle (``Recovery.start``), never one to run again.
     """
     engine = journal.engine
     if journal.reply is not None:
@@ -428,14 +438,27 @@ async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
         except Exception:
             log.exception("could not queue the messages steered into turn %s", spec.request_id)
     if journal.resume:
+        spec.resumed = True
         engine.recovery.schedule(journal.record)
         return
-    if spec.on_finished is not None:
+    on_finished = spec.on_finished
+    if on_finished is None:
+        await journal.end()
+        return
+    record = journal.record
+    record.status = "finished"
+    record.data["outcome"] = {"status": spec.outcome.status, "error": spec.outcome.error}
+    record.updated_at = time.time()
+    await engine.store.put_turn(record)
+
+    async def finalize() -> None:
         try:
-            await spec.on_finished(spec.outcome)
+            await on_finished(spec.outcome)
         except Exception:
             log.exception("recording the end of turn %s failed", spec.request_id)
-    await journal.end()
+        await journal.end()
+
+    spec.finalize = finalize
 
 
 async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> AsyncGenerator[Any, None]:

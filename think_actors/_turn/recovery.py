@@ -72,9 +72,24 @@ class Recovery:
         return config if isinstance(config, ChatRecoveryConfig) else ChatRecoveryConfig()
 
     async def start(self) -> None:
-        """Queue a recovery turn for every turn record a crash left behind (oldest first)."""
-        for record in await self.engine.store.list_turns():
-            self.schedule(record)
+        """Queue a recovery turn for every turn record a crash left behind (oldest first).
+
+        A record marked finished is a turn that had ended (its reply stored) when the crash came, while its
+        response hook ran: only its submission's status is left to write, and nothing runs again (the hook
+        included: it had its one chance).
+        """
+        engine = self.engine
+        for record in await engine.store.list_turns():
+            if record.status != "finished":
+                self.schedule(record)
+                continue
+            if record.submission_id is not None:
+                from .driver import TurnOutcome
+
+                outcome = record.data.get("outcome") or {}
+                finished = TurnOutcome(status=str(outcome.get("status", "completed")), error=outcome.get("error"))
+                await engine.submissions.finisher(record.submission_id)(finished)
+            await engine.store.delete_turn(record.request_id)
 
     def follow(self, request_id: str) -> LiveTurn:
         """Keep the chunks of a background turn (an auto-continuation, a submission) so callers can attach."""

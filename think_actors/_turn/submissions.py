@@ -3,8 +3,9 @@
 Acceptance is a committed row before ``submit_messages`` returns; it never waits on the turn queue, so it works
 from inside a turn and from ``on_chat_response``. One drain task per agent takes the oldest ``pending`` row,
 claims it (``running``), and runs its turn like any other entry point: the messages are appended only when that
-turn holds the slot, and only while the row is still ``running``. The final status is written only over
-``running``, so a late completion never overwrites a cancellation or a reset.
+turn holds the slot, and only while the row is still ``running``. The final status is written after the turn's
+response hook (the slot already released, as the seed wants the hook), and only over ``running``, so a late
+completion never overwrites a cancellation or a reset.
 """
 
 from __future__ import annotations
@@ -189,8 +190,9 @@ class Submissions:
             self.wake()
 
     def finisher(self, submission_id: str) -> Any:
-        """The ``on_finished`` of a submission's turn: its final status, written inside the turn slot before the
-        turn record goes, so no crash can leave a finished turn's submission ``running``."""
+        """The ``on_finished`` of a submission's turn: its final status, written after the turn's response hook
+        (as Think does: whoever waits for the submission finds the hook done) and before the turn record goes, so
+        no crash can leave a finished turn's submission ``running`` (``TurnSpec.on_finished``)."""
 
         async def finished(outcome: Any) -> None:
             status, error = outcome.status, outcome.error
@@ -288,8 +290,10 @@ class Submissions:
             live.status = spec.outcome.status
             live.changed.set()
         # A turn that ended before its record began (skipped by a reset, or nothing to apply) wrote no status:
-        # write it now (a no-op when on_finished already did, as the row is no longer running).
-        await on_finished(spec.outcome)
+        # write it now (a no-op when on_finished already did, as the row is no longer running). A turn handed to
+        # recovery (a stalled stream) is not over: its recovered turn writes the status.
+        if not spec.resumed:
+            await on_finished(spec.outcome)
 
     # ------------------------------------------------------------------ status
 

@@ -71,7 +71,15 @@ from think_actors.models.litellm.wire import (
     wire_status_error,
     wire_usage_and_cost,
 )
-from think_actors.models.provider_data import error_event_error, file_event, get, plain, text_or_none
+from think_actors.models.provider_data import (
+    content_block_events,
+    error_event_error,
+    file_event,
+    get,
+    plain,
+    reasoning_details_text,
+    text_or_none,
+)
 from think_actors.models.retry_policy import DEFAULT_MAX_RETRIES, retry_after_s, retry_delay_s, should_retry_status
 
 __all__ = ["OpenAIWireClient"]
@@ -138,13 +146,20 @@ class OpenAIWireClient:
             buffer = b""
             data: bytes | None = None  # the current event's data lines, joined
             done = False
+            after_cr = False  # the last read ended in \r: a \n starting the next one is that line's end
             try:
                 async for received in content.iter_any():
-                    lines = (buffer + received if buffer else received).split(b"\n")
+                    text = buffer + received if buffer else received
+                    if after_cr and text[:1] == b"\n":
+                        text = text[1:]  # the \n of a \r\n cut between two reads
+                    after_cr = False
+                    if b"\r" in text:
+                        # The SSE specification ends lines in \r\n, \n or a bare \r.
+                        after_cr = text[-1:] == b"\r"
+                        text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                    lines = text.split(b"\n")
                     buffer = lines.pop()  # an incomplete last line waits for the rest
                     for line in lines:
-                        if line[-1:] == b"\r":
-                            line = line[:-1]
                         if not line:  # a blank line ends the event
                             if data is None:
                                 continue
@@ -294,6 +309,7 @@ class _StreamReader:
         "_content_before",
         "_last_content",
         "_provider_metadata",
+        "_refused",
         "_repeats",
         "_saw_tool_calls",
         "_source_prefix",
@@ -313,6 +329,7 @@ class _StreamReader:
         self._source_urls: set[str] = set()
         self._source_prefix = ""
         self._saw_tool_calls = False
+        self._refused = False
         self._last_content: Any = None
         self._content_before: Any = None
         self._chunks = 0
@@ -332,6 +349,11 @@ class _StreamReader:
         usage = chunk.get("usage")
         if usage:
             self._usage = usage
+        elif "x_groq" in chunk and self._usage is None:
+            # Groq's older streams report usage only inside their x_groq member.
+            usage = get(chunk["x_groq"], "usage")
+            if isinstance(usage, Mapping) and usage:
+                self._usage = usage
         fields = chunk.get("provider_specific_fields")
         if fields:
             self._add_provider_metadata(fields)
@@ -339,6 +361,9 @@ class _StreamReader:
         if choices:
             self._guard_repetition(choices[0].get("delta"))
             for choice in choices:
+                index = choice.get("index")
+                if index is not None and index != 0:
+                    continue  # several choices (n > 1, or a server ignoring n): only the first is read
                 reason = choice.get("finish_reason")
                 if reason:
                     self.finish_reason = reason
@@ -358,10 +383,22 @@ class _StreamReader:
         if reasoning and type(reasoning) is str:
             events.append(ReasoningDelta(reasoning))
         content = delta.get("content")
-        if content and type(content) is str:
-            events.append(TextDelta(content))
+        if content:
+            if type(content) is str:
+                events.append(TextDelta(content))
+            elif type(content) is list:
+                events.extend(content_block_events(content))
+        refusal = delta.get("refusal")
+        if refusal and type(refusal) is str:
+            # A refusal is what the model said instead of an answer: shown as text, the finish says content_filter.
+            self._refused = True
+            events.append(TextDelta(refusal))
         if delta.keys() <= _PLAIN_DELTA_KEYS:
             return  # the common chunk: text or reasoning (and the first chunk's role), nothing else to look for
+        if not (reasoning and type(reasoning) is str) and "reasoning_details" in delta:
+            text = reasoning_details_text(delta["reasoning_details"])
+            if text:
+                events.append(ReasoningDelta(text))
         calls = delta.get("tool_calls")
         if calls:
             self._saw_tool_calls = True
@@ -433,8 +470,9 @@ class _StreamReader:
 
     def finish(self) -> FinishEvent:
         usage, cost = wire_usage_and_cost(self._wire, self._usage)
+        reason = wire_finish_reason(self.finish_reason, self._saw_tool_calls)
         return FinishEvent(
-            finish_reason=wire_finish_reason(self.finish_reason, self._saw_tool_calls),
+            finish_reason="content_filter" if self._refused and reason is not None else reason,
             usage=usage,
             warnings=(),
             provider_metadata=self._provider_metadata or None,

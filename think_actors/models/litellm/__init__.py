@@ -54,6 +54,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from typing import Any
@@ -78,7 +79,16 @@ from think_actors.models import (
     ToolCallDelta,
     Usage,
 )
-from think_actors.models.provider_data import CONTEXT_OVERFLOW, error_event_error, file_event, plain
+from think_actors.models.provider_data import (
+    CONTEXT_OVERFLOW,
+    content_block_events,
+    error_event_error,
+    file_event,
+    output_tokens,
+    plain,
+    reasoning_details_text,
+    reported_cost_usd,
+)
 from think_actors.models.provider_data import get as _get
 from think_actors.models.retry_policy import retry_after_s
 
@@ -90,6 +100,7 @@ import httpx
 import litellm
 import openai  # litellm's exceptions subclass the openai SDK's, so checking the base class covers both
 from litellm.exceptions import ContextWindowExceededError, MidStreamFallbackError
+from litellm.llms.base_llm.chat.transformation import BaseLLMException
 
 litellm.suppress_debug_info = True
 _log = logging.getLogger(__name__)
@@ -219,6 +230,7 @@ class _StreamReader:
         self._provider_metadata: dict[str, Any] = {}
         self._source_urls: set[str] = set()
         self._source_prefix = ""
+        self._refused = False
 
     def read(self, chunk: Any) -> Iterator[ModelEvent]:
         if not self._started:
@@ -229,11 +241,20 @@ class _StreamReader:
         self._usage = getattr(chunk, "usage", None) or self._usage
         self._add_provider_metadata(getattr(chunk, "provider_specific_fields", None))
         for choice in getattr(chunk, "choices", None) or ():
+            index = getattr(choice, "index", None)
+            if index is not None and index != 0:
+                continue  # several choices (n > 1, or a server ignoring n): only the first is read
             self._finish_reason = getattr(choice, "finish_reason", None) or self._finish_reason
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
             yield from _delta_events(delta)
+            refusal = getattr(delta, "refusal", None)
+            if isinstance(refusal, str) and refusal:
+                # A refusal is what the model said instead of an answer: shown as text, the finish says
+                # content_filter (as the fast path reports it).
+                self._refused = True
+                yield TextDelta(str(refusal))
             fields = getattr(delta, "provider_specific_fields", None)
             self._add_provider_metadata(fields)
             for annotation in _list(getattr(delta, "annotations", None)):
@@ -253,12 +274,14 @@ class _StreamReader:
             yield from self._source(url, None)
 
     def finish(self, model: str, custom_llm_provider: Any) -> FinishEvent:
+        reported = reported_cost_usd(self._usage) if self._usage is not None else None
+        reason = self._finish_reason
         return FinishEvent(
-            finish_reason=self._finish_reason,
+            finish_reason="content_filter" if self._refused and reason is not None else reason,
             usage=_usage(self._usage),
             warnings=(),  # litellm only logs what it drops; nothing on the response says so
             provider_metadata=self._provider_metadata or None,
-            cost_usd=_cost(model, self._usage, _str(custom_llm_provider)),
+            cost_usd=reported if reported is not None else _cost(model, self._usage, _str(custom_llm_provider)),
         )
 
     def _source(self, url: Any, title: Any) -> Iterator[SourceEvent]:
@@ -291,6 +314,16 @@ def _delta_events(delta: Any) -> Iterator[ModelEvent]:
     content = getattr(delta, "content", None)
     if isinstance(content, str) and content:
         yield TextDelta(str(content))
+    elif isinstance(content, list):  # Mistral's content blocks, on a route litellm passes them through
+        yield from content_block_events(content)
+    if not (isinstance(reasoning, str) and reasoning):
+        details = getattr(delta, "reasoning_details", None)
+        if details is None:
+            fields = getattr(delta, "provider_specific_fields", None)
+            details = fields.get("reasoning_details") if isinstance(fields, Mapping) else None
+        text = reasoning_details_text(details)
+        if text:
+            yield ReasoningDelta(text)
     for position, call in enumerate(getattr(delta, "tool_calls", None) or ()):
         function = getattr(call, "function", None)
         index = getattr(call, "index", None)
@@ -311,11 +344,14 @@ def _usage(raw: Any) -> Usage | None:
         return None
     completion_details = getattr(raw, "completion_tokens_details", None)
     prompt_details = getattr(raw, "prompt_tokens_details", None)
+    prompt = _int(getattr(raw, "prompt_tokens", None))
+    total = _int(getattr(raw, "total_tokens", None))
+    reasoning = _int(getattr(completion_details, "reasoning_tokens", None))
     return Usage(
-        input_tokens=_int(getattr(raw, "prompt_tokens", None)),
-        output_tokens=_int(getattr(raw, "completion_tokens", None)),
-        total_tokens=_int(getattr(raw, "total_tokens", None)),
-        reasoning_tokens=_int(getattr(completion_details, "reasoning_tokens", None)),
+        input_tokens=prompt,
+        output_tokens=output_tokens(prompt, _int(getattr(raw, "completion_tokens", None)), total, reasoning),
+        total_tokens=total,
+        reasoning_tokens=reasoning,
         cached_input_tokens=_int(getattr(prompt_details, "cached_tokens", None)),
     )
 
@@ -399,6 +435,9 @@ def _to_model_error(exc: Exception, provider: str | None, *, mid_stream: bool = 
         if event is not None:
             # The SDK kept only the event's "error" member as the body; it is what the event is classified by.
             return error_event_error(event.body, provider)
+        parsed = _parsed_error_event(exc)
+        if parsed is not None:
+            return error_event_error(parsed, provider)
     if isinstance(exc, MidStreamFallbackError):
         # A wrapper litellm adds so its Router can fall back; what failed is the exception inside.
         original = exc.original_exception
@@ -512,6 +551,30 @@ def _error_event(exc: BaseException) -> openai.APIError | None:
         # The SDK raises the bare class, with the event's "error" member as body, for an error event in the stream.
         if type(linked) is openai.APIError and linked.body is not None:
             return linked
+    return None
+
+
+# How litellm's OpenRouter route words an error event before raising it (its chunk parser's format).
+_OPENROUTER_EVENT = re.compile(r"Message: (?P<message>.*), Metadata: .*, User ID: .*\Z", re.DOTALL)
+
+
+def _parsed_error_event(exc: BaseException) -> dict[str, Any] | None:
+    """The ``error`` member of an error event litellm's own HTTP handler raised mid-stream, as the event said it.
+
+    Those routes' chunk parsers raise the provider's exception for the event: Groq's keeps the member as its body
+    (and its non-numeric ``code`` then breaks litellm's wrapper with a ValueError), OpenRouter's rewords the
+    message around the original one and keeps the code as the status. Both are read back to the event.
+    """
+    for linked in _linked(exc):
+        if not isinstance(linked, BaseLLMException):
+            continue
+        body = getattr(linked, "body", None)
+        if isinstance(body, Mapping) and isinstance(body.get("message"), str):
+            return dict(body)
+        message = getattr(linked, "message", None)
+        match = _OPENROUTER_EVENT.match(message) if isinstance(message, str) else None
+        if match is not None:
+            return {"message": match.group("message"), "code": _int(getattr(linked, "status_code", None))}
     return None
 
 

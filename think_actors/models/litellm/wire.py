@@ -33,6 +33,7 @@ from think_actors.errors import ModelConnectionError, ModelError, ModelTimeoutEr
 from think_actors.models import Usage
 from think_actors.models.litellm import _cost, _int, _log, _parse_body, _str, _to_model_error
 from think_actors.models.provider_data import get as _get
+from think_actors.models.provider_data import output_tokens, reported_cost_usd
 from think_actors.models.retry_policy import retry_after_s
 
 __all__ = [
@@ -372,7 +373,10 @@ def wire_finish_reason(reason: str | None, saw_tool_calls: bool) -> str | None:
 
 
 def wire_usage_and_cost(request: WireRequest, raw: Any) -> tuple[Usage | None, float | None]:
-    """The stream's usage as the provider reported it, and its price from litellm's table (cached input too)."""
+    """The stream's usage as the provider reported it, and its price: the provider's own, else litellm's table's.
+
+    Output tokens include reasoning tokens a provider counted apart (``provider_data.output_tokens``).
+    """
     if not isinstance(raw, Mapping):
         return None, None
     try:
@@ -384,12 +388,16 @@ def wire_usage_and_cost(request: WireRequest, raw: Any) -> tuple[Usage | None, f
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))
     total = _int(raw.get("total_tokens"))
+    reasoning = _int(_get(completion_details, "reasoning_tokens"))
     usage = Usage(
         input_tokens=prompt,
-        output_tokens=completion,
+        output_tokens=output_tokens(prompt, completion, total, reasoning),
         total_tokens=total if total is not None else (prompt or 0) + (completion or 0),
-        reasoning_tokens=_int(_get(completion_details, "reasoning_tokens")),
+        reasoning_tokens=reasoning,
         # litellm reads each provider's cached-token field (OpenAI's details, DeepSeek's prompt_cache_hit_tokens).
         cached_input_tokens=_int(_get(getattr(usage_object, "prompt_tokens_details", None), "cached_tokens")),
     )
+    reported = reported_cost_usd(raw)
+    if reported is not None:
+        return usage, reported
     return usage, _cost(request.model, usage_object, request.custom_llm_provider)

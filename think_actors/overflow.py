@@ -26,7 +26,9 @@ or 2 vetoes it: litellm maps "the requested output alone fills the window" to a 
    their own source (vLLM, llama.cpp server, Ollama, LM Studio) and errors users pasted in public issue
    threads; ``tests/data/context_overflow_corpus.json`` holds one cited example or more per wording, for OpenAI,
    Azure OpenAI, Anthropic, Gemini, Vertex AI, Bedrock (Claude, Titan, Llama, Mistral, Converse), Mistral,
-   Cohere, Groq, DeepSeek, xAI, OpenRouter, Together, Fireworks, Ollama, vLLM, llama.cpp and LM Studio.
+   Cohere, Groq, DeepSeek, xAI, OpenRouter, Together, Fireworks, Ollama, vLLM, SGLang, llama.cpp, LM Studio
+   and GitHub Copilot. vLLM's "max_tokens must be at least 1, got -N" is one too: it derives the output budget
+   from the window less the prompt, so a negative budget means the prompt alone is over the window.
    Output-only caps ("max_tokens is too large ... supports at most N completion tokens", "max_tokens: N > M,
    which is the maximum allowed number of output tokens") match none of them.
 4. HTTP 413 with nothing else to go on: overflow. Anthropic's ``request_too_large`` (the request's bytes pass
@@ -95,6 +97,10 @@ _OVERFLOW = re.compile(
             r"request payload size exceeds the limit",  # Gemini
             r"requested tokens \(\d+\) exceed context window",  # llama-cpp-python
             r"reduce the length of the messages",  # Groq, Cerebras
+            r"max_tokens must be at least 1, got -\d+",  # vLLM: the prompt left a negative output budget
+            r"input length \(\d+ tokens\) exceeds the maximum allowed length",  # SGLang
+            r"prompt token count of \d+ exceeds the limit of \d+",  # GitHub Copilot
+            r"\bmodel_max_prompt_tokens_exceeded\b",  # GitHub Copilot code
         ]
     ),
     re.IGNORECASE,

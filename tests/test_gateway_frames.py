@@ -244,3 +244,47 @@ async def test_a_second_resume_request_leaves_a_socket_that_follows_the_stream_f
     assert deltas(rest) == ["s03", "s04"]  # still live, each once
     assert not any(f.get("replay") for f in rest)
     assert deltas(await until(sender, done("r"))) == ["s03", "s04"]
+
+
+CANCELS = {
+    "no id": {},
+    "null id": {"id": None},
+    "number id": {"id": 7},
+    "empty id": {"id": ""},
+    "list id": {"id": ["r"]},
+}
+
+
+@pytest.mark.parametrize("cancel", sorted(CANCELS))
+async def test_a_cancel_without_a_request_id_gets_an_error_frame(gateway: Any, cancel: str) -> None:
+    client = await gateway()
+    ws = await client.ws_connect("/agents/helper/cancel")
+    await greeting(ws)
+    await ws.send_str(json.dumps({"type": "cf_agent_chat_request_cancel", **CANCELS[cancel]}))
+    assert await receive(ws) == {
+        "type": "think_actors_error",
+        "error": 'cf_agent_chat_request_cancel needs the id of the request to cancel: {"id": "<request id>"}',
+    }
+    assert await idle(ws, "p") == []
+
+
+async def test_a_frame_over_twice_the_limit_gets_an_error_frame_then_the_socket_closes_with_1009(gateway: Any) -> None:
+    from aiohttp import WSMsgType
+
+    client = await gateway(max_frame_bytes=1000)
+    ws = await client.ws_connect("/agents/helper/big")
+    await greeting(ws)
+    await ws.send_str("x" * 1500)  # over the limit, under twice it: refused, the socket goes on
+    answer = await receive(ws)
+    assert answer == {"type": "think_actors_error", "error": "frame of 1500 bytes is over the limit of 1000 bytes"}
+    await ws.send_str("x" * 5000)  # too big to read at all: said, then closed
+    answer = await receive(ws)
+    assert answer == {
+        "type": "think_actors_error",
+        "error": "a frame over 3024 bytes (twice the limit of 1000 bytes, and 1 KiB) is not read: "
+        "the socket closes (1009, message too big)",
+    }
+    closing = await asyncio.wait_for(ws.receive(), WAIT_S)
+    assert (closing.type, closing.data, closing.extra) == (WSMsgType.CLOSE, 1009, "frame too big")
+    again = await client.ws_connect("/agents/helper/big")  # the agent is fine
+    assert (await greeting(again))["type"] == "cf_agent_chat_messages"

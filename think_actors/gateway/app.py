@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..agent import Think, kebab_case
 from ..errors import InvalidAgentNameError, ThinkError
@@ -132,6 +132,25 @@ class _Stream:
 
     def followed_by(self, ws: web.WebSocketResponse, room: _Room) -> bool:
         return ws in self.followers and ws not in room.resuming and ws not in room.replaying
+
+
+class _Socket(web.WebSocketResponse):
+    """A WebSocket that says why before aiohttp closes it for a frame too big to read (1009)."""
+
+    def __init__(self, limit: int, **options: Any) -> None:
+        super().__init__(max_msg_size=limit * 2 + 1024, **options)
+        self.limit = limit
+
+    async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
+        if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:
+            text = (
+                f"a frame over {self.limit * 2 + 1024} bytes (twice the limit of {self.limit} bytes, and 1 KiB) "
+                "is not read: the socket closes (1009, message too big)"
+            )
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.send_str(protocol.dumps({"type": protocol.ERROR, "error": text}))
+            message = message or b"frame too big"
+        return await super().close(code=code, message=message, drain=drain)
 
 
 class _Room:
@@ -252,8 +271,9 @@ class Gateway:
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         key, agent = await self._agent(request)
-        # aiohttp's own limit is set above ours, so an oversized frame gets our clear error instead of a close.
-        ws = web.WebSocketResponse(max_msg_size=self.max_frame_bytes * 2 + 1024, heartbeat=30)
+        # aiohttp's own limit is set above ours, so a frame over ours gets an error frame and the socket goes on;
+        # one over aiohttp's is not read at all (it would be held in memory): an error frame, then a 1009 close.
+        ws = _Socket(self.max_frame_bytes, heartbeat=30)
         await ws.prepare(request)
         room = self._rooms.get(key)
         if room is None:
@@ -324,8 +344,9 @@ class Gateway:
                 incoming = _incoming(request_id, body)  # the whole request is checked before anything is stored
                 await self._chat_request(ws, room, agent, request_id, body, incoming)
             elif kind == protocol.CHAT_REQUEST_CANCEL:
-                if isinstance(frame.get("id"), str):
-                    await agent.cancel_chat(frame["id"])
+                if not isinstance(frame.get("id"), str) or not frame["id"]:
+                    raise FrameError(f'{kind} needs the id of the request to cancel: {{"id": "<request id>"}}')
+                await agent.cancel_chat(frame["id"])  # one that is not running is a no-op (reference)
             elif kind == protocol.CHAT_CLEAR:
                 room.newest = room.sequence  # submits after a clear do not overlap the ones before it
                 room.generation += 1  # and the ones still queued are skipped (reference resetTurnState)
@@ -716,7 +737,7 @@ class Gateway:
         task.add_done_callback(self._tasks.discard)
 
     async def _shutdown(self, app: web.Application) -> None:
-        for room in self._rooms.values():
+        for room in list(self._rooms.values()):  # closing a socket may release its room
             for unsubscribe in room.unsubscribe:
                 unsubscribe()
             for ws in list(room.sockets):

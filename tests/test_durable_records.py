@@ -251,6 +251,16 @@ async def test_list_submissions_orders_filters_then_limits(store: AnyStore) -> N
         await store.list_submissions(limit=-1)
 
 
+async def test_newest_first_breaks_ties_by_submission_id_descending(store: AnyStore) -> None:
+    # Think's listing order: created_at, then submission_id, both descending (not the order rows went in).
+    for sid in ("b", "a", "c"):
+        await store.insert_submission(submission(sid, created_at=5.0))
+    await store.insert_submission(submission("z", created_at=4.0))
+    assert await submission_ids(store, newest_first=True) == ["c", "b", "a", "z"]
+    assert await submission_ids(store, newest_first=True, limit=2) == ["c", "b"]
+    assert await submission_ids(store) == ["z", "b", "a", "c"]  # the drain's FIFO: acceptance order among ties
+
+
 async def test_delete_submission_frees_its_id_and_key(store: AnyStore) -> None:
     await store.insert_submission(submission("s1", key="k1"))
     await store.insert_submission(submission("s2"))

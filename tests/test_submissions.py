@@ -281,14 +281,35 @@ async def test_listing_and_deleting_submissions() -> None:
     for name in ("a", "b", "c"):
         ids.append((await agent.submit_messages(name, submission_id=name)).submission_id)
         await agent.wait_for_submission(name, timeout_s=WAIT_S)
-    assert [s.submission_id for s in await agent.list_submissions()] == ["a", "b", "c"]
-    assert [s.submission_id for s in await agent.list_submissions("completed")] == ["a", "c"]
-    assert [s.submission_id for s in await agent.list_submissions(["error", "completed"], limit=2)] == ["a", "b"]
+    # Newest first, as Think lists them, the limit keeping the newest.
+    assert [s.submission_id for s in await agent.list_submissions()] == ["c", "b", "a"]
+    assert [s.submission_id for s in await agent.list_submissions("completed")] == ["c", "a"]
+    assert [s.submission_id for s in await agent.list_submissions(["error", "completed"], limit=2)] == ["c", "b"]
     assert await agent.delete_submission("missing") is False
-    assert await agent.delete_submissions("completed", limit=1) == 1
-    assert [s.submission_id for s in await agent.list_submissions()] == ["b", "c"]
+    assert await agent.delete_submissions("completed", limit=1) == 1  # the oldest
+    assert [s.submission_id for s in await agent.list_submissions()] == ["c", "b"]
     assert await agent.delete_submissions(completed_before=time.time() + 60) == 2
     assert await agent.list_submissions() == []
+
+
+async def test_the_newest_submissions_are_listed_past_the_default_limit(durable_location: str) -> None:
+    # 120 rows, more than a listing's default 100: the newest is listed, the oldest twenty are not.
+    store = ta.open_store(durable_location, "submitter/many")
+    for i in range(120):
+        record = SubmissionRecord(
+            submission_id=f"s{i:03}",
+            request_id=f"s{i:03}",
+            status="completed",
+            messages=[ta.user_message(f"job {i}")],
+            created_at=1_000.0 + i,
+        )
+        await store.insert_submission(record)
+    agent = make(ScriptedModel(), store)
+    listed = [s.submission_id for s in await agent.list_submissions()]
+    assert listed == [f"s{i:03}" for i in range(119, 19, -1)]
+    assert [s.submission_id for s in await agent.list_submissions("completed", limit=1)] == ["s119"]
+    await agent.close()
+    await close_pools()
 
 
 async def test_active_submissions_are_never_deleted() -> None:

@@ -414,7 +414,8 @@ class Think:
         return await self._engine.submissions.inspect(submission_id)
 
     async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 100) -> list[Submission]:
-        """Submissions (of a status or statuses), oldest first; ``limit`` is clamped to 1..500."""
+        """Submissions (of a status or statuses), newest first (by acceptance time, then id, as Think lists them);
+        ``limit`` (clamped to 1..500) keeps the newest."""
         await self._engine.ensure_started()
         return await self._engine.submissions.list_some(status, limit)
 

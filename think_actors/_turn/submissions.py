@@ -91,7 +91,8 @@ class Submissions:
 
     async def list_some(self, status: str | Sequence[str] | None, limit: int) -> list[Submission]:
         statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
-        records = await self.engine.store.list_submissions(statuses=statuses, limit=_clamp(limit))
+        # Newest first, as Think lists them: the limit keeps the newest, so the newest is always listed.
+        records = await self.engine.store.list_submissions(statuses=statuses, limit=_clamp(limit), newest_first=True)
         return [Submission.of(r) for r in records]
 
     async def cancel(self, submission_id: str, reason: str | None) -> bool:

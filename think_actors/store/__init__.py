@@ -131,7 +131,8 @@ class Store(Protocol):
     async def list_submissions(
         self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
     ) -> list[SubmissionRecord]:
-        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``."""
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``, or with
+        ``newest_first`` by ``(created_at, submission_id)`` descending; ``limit`` applies after both."""
         ...
 
     async def delete_submission(self, submission_id: str) -> bool: ...

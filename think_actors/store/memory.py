@@ -201,15 +201,18 @@ class MemoryStore:
     async def list_submissions(
         self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
     ) -> list[SubmissionRecord]:
-        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``.
-
-        ``newest_first`` reverses the order; ``limit`` applies after the status filter.
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)`` (the drain's
+        FIFO), or with ``newest_first`` by ``created_at`` then ``submission_id``, both descending (Think's
+        listing); ``limit`` applies after the status filter and the order.
         """
         self._check_open()
         check_limit(limit)
         wanted = status_set(statuses)
         rows = [r for r in self._submissions.values() if wanted is None or r["status"] in wanted]
-        rows.sort(key=lambda r: (r["created_at"], r["seq"]), reverse=newest_first)
+        if newest_first:
+            rows.sort(key=lambda r: (r["created_at"], r["submission_id"]), reverse=True)
+        else:
+            rows.sort(key=lambda r: (r["created_at"], r["seq"]))
         return [submission_record(r) for r in rows[:limit]]
 
     async def delete_submission(self, submission_id: str) -> bool:

@@ -371,9 +371,9 @@ class PostgresStore:
     async def list_submissions(
         self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
     ) -> list[SubmissionRecord]:
-        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``.
-
-        ``newest_first`` reverses the order; ``limit`` applies after the status filter.
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)`` (the drain's
+        FIFO), or with ``newest_first`` by ``created_at`` then ``submission_id``, both descending (Think's
+        listing); ``limit`` applies after the status filter and the order.
         """
         check_limit(limit)
         sql = f"{_SUBMISSION_SELECT} WHERE agent = $1"
@@ -381,8 +381,9 @@ class PostgresStore:
         if (wanted := status_set(statuses)) is not None:
             params.append(list(wanted))
             sql += f" AND status = ANY(${len(params)}::text[])"
-        direction = " DESC" if newest_first else ""
-        sql += f" ORDER BY created_at{direction}, seq{direction}"
+        sql += (
+            ' ORDER BY created_at DESC, submission_id COLLATE "C" DESC' if newest_first else " ORDER BY created_at, seq"
+        )
         if limit is not None:
             params.append(limit)
             sql += f" LIMIT ${len(params)}"

@@ -353,9 +353,9 @@ class SQLiteStore:
     async def list_submissions(
         self, *, statuses: Sequence[str] | None = None, limit: int | None = None, newest_first: bool = False
     ) -> list[SubmissionRecord]:
-        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)``.
-
-        ``newest_first`` reverses the order; ``limit`` applies after the status filter.
+        """Rows with a status in ``statuses`` (all when None), oldest first by ``(created_at, seq)`` (the drain's
+        FIFO), or with ``newest_first`` by ``created_at`` then ``submission_id``, both descending (Think's
+        listing); ``limit`` applies after the status filter and the order.
         """
         check_limit(limit)
         sql = _SUBMISSION_SELECT
@@ -363,8 +363,7 @@ class SQLiteStore:
         if (wanted := status_set(statuses)) is not None:
             sql += f" WHERE status IN {_in(wanted)}"
             params.extend(wanted)
-        direction = " DESC" if newest_first else ""
-        sql += f" ORDER BY created_at{direction}, seq{direction}"
+        sql += " ORDER BY created_at DESC, submission_id DESC" if newest_first else " ORDER BY created_at, seq"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)

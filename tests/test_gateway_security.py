@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from gateway_app import EchoModel
 from helpers import greeting, open_test_store
@@ -107,6 +109,27 @@ async def test_a_page_of_another_site_is_refused_on_the_socket_and_every_route(s
     assert (await client.get("/agents/helper/c/get-messages", headers={"Origin": own})).status == 200
 
 
+async def test_a_request_a_browser_marks_as_another_sites_is_refused_unless_it_is_a_top_level_navigation(
+    serve: Any,
+) -> None:
+    """A no-cors GET (an <img>, fetch with mode "no-cors") sends no Origin; Sec-Fetch-Site still names its site."""
+    client = await serve()
+    await chat(client, "/agents/helper/c", "hi")
+    marked = {
+        ("cross-site", "no-cors", "image"): 403,
+        ("same-site", "no-cors", "empty"): 403,  # another port of 127.0.0.1 is the same site
+        ("cross-site", "navigate", "iframe"): 403,  # the chat page framed by another site
+        ("cross-site", "navigate", "document"): 200,  # a link to it
+        ("same-origin", "cors", "empty"): 200,
+        ("none", "navigate", "document"): 200,  # typed into the address bar
+    }
+    for (site, mode, dest), status in marked.items():
+        headers = {"Sec-Fetch-Site": site, "Sec-Fetch-Mode": mode, "Sec-Fetch-Dest": dest}
+        for path in ("/", "/agents/helper/c/get-messages"):
+            response = await client.get(path, headers=headers)
+            assert response.status == status, (site, mode, dest, path)
+
+
 async def test_the_origin_must_match_the_host_in_scheme_host_and_port(serve: Any) -> None:
     client = await serve()
     await chat(client, "/agents/helper/c", "hi")
@@ -168,6 +191,55 @@ async def test_without_a_token_only_requests_for_a_loopback_host_are_served(serv
     await chat(tokened, "/agents/helper/e?token=s3cret", "hi")
     answer = await tokened.get("/agents/helper/e/get-messages?token=s3cret", headers=rebound)
     assert answer.status == 200
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"]
+ATTACK = """<!doctype html><script>
+const socket = new WebSocket("ws://127.0.0.1:PORT/agents/helper/c");
+socket.onopen = () => { document.title = "open"; };
+socket.onerror = () => { document.title = "refused"; };
+fetch("http://127.0.0.1:PORT/agents/helper/c/get-messages", {mode: "no-cors"}).catch(() => {});
+</script>"""
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.timeout(120)
+async def test_in_a_browser_another_site_and_a_rebound_domain_cannot_use_the_gateway(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    playwright_api = pytest.importorskip("playwright.async_api")
+    caplog.set_level(logging.INFO, logger="aiohttp.access")
+    client = await serve()
+    await chat(client, "/agents/helper/c", "hi")
+    attack = web.Application()
+    attack.router.add_get(
+        "/", lambda _: web.Response(text=ATTACK.replace("PORT", str(client.port)), content_type="text/html")
+    )
+    site = TestServer(attack)
+    await site.start_server()
+    # The rebound domain: evil.test resolves to 127.0.0.1, as a DNS-rebinding page's own domain comes to.
+    args = [*BROWSER_ARGS, "--host-resolver-rules=MAP evil.test 127.0.0.1"]
+    try:
+        async with playwright_api.async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+            try:
+                page = await browser.new_page()
+                await page.goto(f"http://127.0.0.1:{site.port}/")
+                await page.wait_for_function("document.title === 'open' || document.title === 'refused'")
+                assert await page.title() == "refused"
+                rebound = await page.goto(f"http://evil.test:{client.port}/")
+                assert rebound is not None and rebound.status == 403
+                own = await page.goto(f"http://127.0.0.1:{client.port}/")  # the gateway's own page still loads
+                assert own is not None and own.status == 200
+            finally:
+                await browser.close()
+    finally:
+        await site.close()
+    await client.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "aiohttp.access"]
+    assert any('"GET /agents/helper/c HTTP/1.1" 403' in line for line in lines), lines
+    assert any('"GET /agents/helper/c/get-messages HTTP/1.1" 403' in line for line in lines), lines
 
 
 # -- 16: reads never create agents ---------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ any site the user visits could drive and read the agents of a gateway on their m
    time as bytes, so a header of non-UTF-8 bytes is a wrong token (401), never a server error.
 2. A request with an ``Origin`` comes from a page: it is served only when that origin is the gateway's own
    (scheme, host and port of the ``Host`` it was sent to, so the chat page at ``/`` works) or is listed
-   (``--origin``). A request without one (Node, Python, curl) is not a page's, and rule 2 lets it through.
-3. Without a token, the ``Host`` a request names must be a loopback name (or the host of a listed origin). A page
+   (``--origin``).
+3. A request without one is a program's (Node, Python, curl), unless a browser marks it as another site's
+   (``Sec-Fetch-Site``): a ``no-cors`` GET (an ``<img>``, ``fetch`` with ``mode: "no-cors"``) sends no ``Origin``
+   (seen with chromium). Of those only a top-level navigation is served: a link to the gateway, not a frame of it.
+4. Without a token, the ``Host`` a request names must be a loopback name (or the host of a listed origin). A page
    that re-points its own domain at 127.0.0.1 (DNS rebinding) is same-origin with itself and its fetches send no
    ``Origin``; only the ``Host`` header, which the browser writes, still names the page's domain.
 
@@ -83,10 +86,11 @@ def _loopback(host: str) -> bool:
 
 
 class OriginPolicy:
-    """Rules 2 and 3: which pages may use the gateway, and which ``Host`` a gateway without a token answers."""
+    """Rules 2 to 4: which pages may use the gateway, and which ``Host`` a gateway without a token answers."""
 
     def __init__(self, allowed: Iterable[str] | None = None):
         self.allowed: frozenset[_Origin] = frozenset(self._parse(value) for value in allowed or ())
+        self._hosts = frozenset(host for _, host, _ in self.allowed)
 
     @staticmethod
     def _parse(value: str) -> _Origin:
@@ -107,10 +111,17 @@ class OriginPolicy:
                     f"origin {origin!r} may not use this gateway: only its own pages and the origins listed with "
                     f"--origin may (think-actors serve --origin {origin}, or Gateway(allowed_origins=[...]))"
                 )
+        elif request.headers.get("Sec-Fetch-Site") in ("cross-site", "same-site") and not (
+            request.headers.get("Sec-Fetch-Mode") == "navigate" and request.headers.get("Sec-Fetch-Dest") == "document"
+        ):
+            return (
+                "a page of another site may not use this gateway; a page of a site listed with --origin may, from "
+                "script that sends its Origin (fetch in its default cors mode, or a WebSocket)"
+            )
         host = request.headers.get("Host")
         if not token_required and host is not None:
             own = _own_origin(request)
-            if own is None or not (_loopback(own[1]) or own[1] in {h for _, h, _ in self.allowed}):
+            if own is None or not (_loopback(own[1]) or own[1] in self._hosts):
                 return (
                     f"this gateway has no token, so it answers only requests sent to a loopback host (localhost, "
                     f"127.0.0.1, [::1]), not to {host!r}: serve with --token, or list the site with --origin"

@@ -816,7 +816,7 @@ async def test_a_settled_ask_user_is_left_alone() -> None:
 
 @pytest.mark.parametrize("value", ["", None, [{"id": 1}], 7], ids=["empty string", "null", "array", "number"])
 async def test_a_settled_call_with_malformed_input_gets_an_empty_object(value: Any) -> None:
-    """client-tools.test.ts:3529 "normalizes settled tool input %s to {}"."""
+    """client-tools.test.ts:3532 "normalizes settled tool input %s to {}"."""
     parts, model = await repaired_after_a_turn(
         {
             "type": "tool-doThing",

@@ -23,7 +23,6 @@ from .conftest import WAIT_S, Freezer, Recorder, killed_at, settle_recovery, tex
 
 SRC = "packages/think/src/tests/submissions.test.ts"
 TERMINAL = ("completed", "aborted", "skipped", "error")
-LIST_ORDER = "issue 16 (list_submissions order): listed oldest first, Think lists newest first"
 
 
 class Ledger(Recorder):
@@ -450,9 +449,6 @@ async def finished_in_order(agent: Ledger, *ids: str) -> list[float]:
     return times
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 16 (list_submissions order): listed oldest first, Think lists newest first"
-)
 async def test_a_listing_filters_by_status_before_its_limit_newest_first() -> None:
     """submissions.test.ts:1633 "filters list and bulk delete before applying limits and cutoffs" (the listing)."""
     agent = ledger(text("old"), text("new"), *hold_steps())
@@ -476,9 +472,6 @@ async def test_a_bulk_delete_filters_by_status_and_cutoff_before_its_limit() -> 
     await agent.cancel_submission("sub-recent-pending")
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 16 (list_submissions order): listed oldest first, Think lists newest first"
-)
 async def test_a_listing_of_several_statuses_sorts_before_its_limit() -> None:
     """submissions.test.ts:1677 "applies list limits across multiple statuses after sorting"."""
     agent = ledger(text("old"), text("mid"), *hold_steps())

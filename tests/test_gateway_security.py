@@ -74,10 +74,15 @@ async def raw_request(client: TestClient, head: bytes) -> tuple[int, bytes]:
         writer.write(head + b"\r\n\r\n" if not head.endswith(b"\r\n\r\n") else head)
         await writer.drain()
         status_line = await asyncio.wait_for(reader.readline(), 10)
-        rest = await asyncio.wait_for(reader.read(65536), 10)
+        length = 0
+        while (line := await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        body = await asyncio.wait_for(reader.readexactly(length), 10)
     finally:
         writer.close()
-    return int(status_line.split()[1]), rest.split(b"\r\n\r\n", 1)[-1]
+    return int(status_line.split()[1]), body
 
 
 def files(directory: Path) -> list[str]:

@@ -203,7 +203,7 @@ async def test_bad_frames_get_an_error_frame_and_the_socket_goes_on(gateway: Any
         json.dumps({"type": "cf_agent_something_else"}),
         json.dumps({"type": "cf_agent_use_chat_request", "id": "x", "init": {"method": "POST", "body": "{oops"}}),
         json.dumps({"type": "cf_agent_use_chat_request", "id": "x", "init": {"method": "POST", "body": "{}"}}),
-        request("x", {"id": "m", "role": "robot", "parts": []}),
+        request("x", {"id": "m", "role": "robot", "parts": [{"type": "text", "text": "beep"}]}),
         "x" * 20_000,
     ]
     answers = []

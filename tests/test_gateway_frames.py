@@ -288,3 +288,79 @@ async def test_a_frame_over_twice_the_limit_gets_an_error_frame_then_the_socket_
     assert (closing.type, closing.data, closing.extra) == (WSMsgType.CLOSE, 1009, "frame too big")
     again = await client.ws_connect("/agents/helper/big")  # the agent is fine
     assert (await greeting(again))["type"] == "cf_agent_chat_messages"
+
+
+# The AI SDK's UIMessage schema (ai 7, uiMessagesSchema): id a string, parts an array, at least one part unless
+# the message is the assistant's. The reference (Think 0.23) stores such messages unchecked, then fails mid-turn.
+REFUSED_MESSAGES = {
+    "no id": {"role": "user", "parts": [{"type": "text", "text": "hi"}]},
+    "empty id": {"id": "", "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+    "id not a string": {"id": 7, "role": "user", "parts": [{"type": "text", "text": "hi"}]},
+    "no parts": {"id": "u1", "role": "user"},
+    "parts null": {"id": "u1", "role": "user", "parts": None},
+    "no part": {"id": "u1", "role": "user", "parts": []},
+}
+
+
+@pytest.mark.parametrize("message", sorted(REFUSED_MESSAGES))
+async def test_a_message_without_an_id_or_parts_is_refused_and_nothing_is_stored(gateway: Any, message: str) -> None:
+    client = await gateway(model=ScriptedModel([text("fine")]))
+    ws = await client.ws_connect("/agents/helper/intake")
+    await greeting(ws)
+    await ws.send_str(chat("r", [user("first", "u0"), REFUSED_MESSAGES[message]]))
+    answer = await receive(ws)
+    assert (answer["type"], answer["id"], answer["done"], answer["error"]) == (
+        "cf_agent_use_chat_response",
+        "r",
+        True,
+        True,
+    )
+    assert answer["body"].startswith("messages[1] ")
+    assert await idle(ws, "p") == []
+    assert await (await client.get("/agents/helper/intake/get-messages")).json() == []
+
+
+async def test_an_assistant_message_may_have_no_parts_and_parts_may_carry_provider_metadata(gateway: Any) -> None:
+    client = await gateway(model=ScriptedModel([text("fine")]))
+    ws = await client.ws_connect("/agents/helper/metadata")
+    await greeting(ws)
+    with_metadata = {
+        "id": "u1",
+        "role": "user",
+        "parts": [
+            {"type": "text", "text": "hi", "providerMetadata": {"openai": {"itemId": "x"}}},
+            {"type": "file", "url": "data:,a", "mediaType": "text/plain", "providerMetadata": {"a": {"b": 1}}},
+        ],
+    }
+    await ws.send_str(chat("r", [{"id": "a0", "role": "assistant", "parts": []}, with_metadata]))
+    assert (await until(ws, done("r")))[-1]["outcome"] == "completed"
+    stored = await (await client.get("/agents/helper/metadata/get-messages")).json()
+    assert [m["id"] for m in stored[:2]] == ["a0", "u1"]
+    assert stored[1]["parts"] == with_metadata["parts"]  # kept as sent, providerMetadata included
+
+
+async def test_a_request_with_no_messages_runs_a_turn_over_the_stored_history_as_the_reference_does(
+    gateway: Any,
+) -> None:
+    # Recorded from the reference (Think 0.23): `messages: []` after a reply runs another turn, and its reply is
+    # stored after the first one. Not a bug to fix: the reference is server-authoritative about the history.
+    client = await gateway(model=ScriptedModel([text("one"), text("two")]))
+    ws = await client.ws_connect("/agents/helper/empty")
+    await greeting(ws)
+    await ws.send_str(chat("r1", [user()]))
+    await until(ws, done("r1"))
+    await ws.send_str(chat("r2", []))
+    frames = await until(ws, done("r2"))
+    assert frames[-1] == {
+        "type": "cf_agent_use_chat_response",
+        "id": "r2",
+        "body": "",
+        "done": True,
+        "outcome": "completed",
+    }
+    stored = await (await client.get("/agents/helper/empty/get-messages")).json()
+    assert [(m["role"], m["parts"][-1]["text"]) for m in stored] == [
+        ("user", "hi"),
+        ("assistant", "one"),
+        ("assistant", "two"),
+    ]

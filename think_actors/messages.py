@@ -74,6 +74,7 @@ class TextPart(WireModel):
     type: Literal["text"] = "text"
     text: str
     state: Literal["streaming", "done"] | None = None
+    provider_metadata: dict[str, Any] | None = None  # the AI SDK's UIMessage allows it (kept, not interpreted)
 
 
 class ReasoningPart(WireModel):
@@ -166,6 +167,7 @@ class FilePart(WireModel):
     url: str
     media_type: str
     filename: str | None = None
+    provider_metadata: dict[str, Any] | None = None
 
 
 class DataPart(WireModel):

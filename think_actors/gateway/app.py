@@ -840,7 +840,22 @@ def _agent_tool_frame(chunk: Any) -> dict[str, Any]:
 
 
 def _incoming(request_id: str, body: dict[str, Any]) -> list[UIMessage]:
-    """A chat request's messages as UIMessages; a request with one that is not is refused whole."""
+    """A chat request's messages as UIMessages; a request with one that is not is refused whole.
+
+    As the AI SDK's UIMessage schema has it, a message brings its id (which the server keeps: reconciliation and
+    terminal frames go by it) and its parts, at least one unless it is the assistant's; a message without is not
+    given a made-up id or stored empty."""
+    for n, message in enumerate(body["messages"]):
+        if not isinstance(message, dict):
+            continue  # validation below says what it is
+        if not isinstance(message.get("id"), str) or not message["id"]:
+            raise protocol.RequestError(request_id, f"messages[{n}] needs its id: a non-empty string")
+        if not isinstance(message.get("parts"), list):
+            raise protocol.RequestError(request_id, f"messages[{n}] needs its parts: an array")
+        if not message["parts"] and message.get("role") != "assistant":
+            raise protocol.RequestError(
+                request_id, f"messages[{n}] needs at least one part (only an assistant's may have none)"
+            )
     try:
         return [UIMessage.model_validate(m) for m in body["messages"]]
     except ValueError as err:

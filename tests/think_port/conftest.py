@@ -18,6 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.testing import ScriptedModel
 
 WAIT_S = 5.0
 
@@ -147,6 +148,35 @@ def types(chunks: list[Any]) -> list[str]:
 async def settle_recovery(agent: ta.Think) -> None:
     """Wait until the agent's recovery work (restart scan, stall continuations) is done."""
     await asyncio.wait_for(agent._engine.recovery.idle(), WAIT_S)
+
+
+class Held(ScriptedModel):
+    """A scripted model that stops request ``request`` after its ``after``-th event until ``release`` is set.
+
+    ``held`` is set when it stops, so "while the stream is open" is a state the test waits for, not a timing.
+    """
+
+    def __init__(self, steps: list[Any], *, after: int = 1, request: int = 1) -> None:
+        super().__init__(steps)
+        self.after = after
+        self.request = request
+        self.held = asyncio.Event()
+        self.release = asyncio.Event()
+
+    def stream(self, request: Any) -> Any:
+        inner = super().stream(request)
+        number = len(self.requests)
+
+        async def holding() -> Any:
+            count = 0
+            async for event in inner:
+                yield event
+                count += 1
+                if number == self.request and count == self.after and not self.release.is_set():
+                    self.held.set()
+                    await self.release.wait()
+
+        return holding()
 
 
 class Freezer:

@@ -137,11 +137,15 @@ class Verdict:
 
 def judge(case: Case, answers: list[dict[str, Any]]) -> list[str]:
     """What is wrong with the frames a case got before its probe's answer."""
-    errors = [a for a in answers if a["type"] == "think_actors_error"]
-    responses = [a for a in answers if a["type"] == "cf_agent_use_chat_response"]
+    # An error is the gateway's think_actors_error frame, or for a chat request the protocol's own terminal error
+    # response {id, body: <error text>, done: true, error: true}, which also ends the client's request.
+    errors = [a for a in answers if a["type"] == "think_actors_error" or is_error_response(a)]
+    responses = [a for a in answers if a["type"] == "cf_agent_use_chat_response" and a not in errors]
     others = [a for a in answers if a not in errors and a not in responses]
     problems = []
-    if any(not isinstance(e.get("error"), str) or not e["error"] for e in errors):
+    if any(
+        not (e.get("body") if is_error_response(e) else isinstance(e.get("error"), str) and e["error"]) for e in errors
+    ):
         problems.append(f"an error frame without an error text: {errors}")
     if case.expect == ERROR:
         if not errors:
@@ -160,10 +164,22 @@ def judge(case: Case, answers: list[dict[str, Any]]) -> list[str]:
         if not (errors or len(bare) == 1) or others or len(responses) != len(bare):
             problems.append(f"an ACK while idle got {answers}")
     elif case.expect == NO_TURN:
+        # Its turn's in-band error ({done: false, error: true}) and terminal frame, as the reference ends a turn
+        # with no messages to send; or a refusal. Never a chunk of a reply.
         done = [r for r in responses if r.get("done") is True and not r.get("body")]
-        if not (errors or len(done) == 1) or len(responses) != len(done):
+        in_band = [r for r in responses if r.get("error") is True and r.get("done") is False]
+        if not (errors or len(done) == 1) or len(responses) != len(done) + len(in_band) or others:
             problems.append(f"a request with nothing to answer got {answers}")
     return problems
+
+
+def is_error_response(frame: dict[str, Any]) -> bool:
+    return (
+        frame["type"] == "cf_agent_use_chat_response"
+        and frame.get("done") is True
+        and frame.get("error") is True
+        and isinstance(frame.get("body"), str)
+    )
 
 
 async def fuzz(rig: Rig, cases: list[Case]) -> Verdict:
@@ -196,7 +212,14 @@ async def fuzz(rig: Rig, cases: list[Case]) -> Verdict:
                 verdict.add(case.name, f"the socket closed (code {ws.close_code})")
                 break
             if frame.get("probeId") == probe:
-                if frame != {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": probe}:
+                if case.expect == NO_TURN and frame.get("type") == "cf_agent_stream_resuming":
+                    # The turn ended in an error, which is replayed to a socket that asks (reference §3.7):
+                    # ACK it, as a stock client does, and read the replay to its end.
+                    await ws.send_str(dumps({"type": "cf_agent_stream_resume_ack", "id": frame["id"]}))
+                    replay = await frames_until_done(ws, frame["id"])
+                    if not all(f.get("replay") for f in replay):
+                        verdict.add(case.name, f"the error's replay was not marked replay: {replay}")
+                elif frame != {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": probe}:
                     verdict.add(case.name, f"left the agent not idle: the probe got {frame}")
                 break
             answers.append(frame)
@@ -212,6 +235,7 @@ async def fuzz(rig: Rig, cases: list[Case]) -> Verdict:
             verdict.add(case.name, f"stored {[m.get('id') for m in history]}")
             await ws.send_str(dumps({"type": "cf_agent_chat_clear"}))  # start the next case clean
     await valid_request_is_answered(rig, ws)
+    await ws.close()
     return verdict
 
 
@@ -222,7 +246,7 @@ async def valid_request_is_answered(rig: Rig, ws: Any) -> None:
     await ws.send_str(chat_frame("r-valid", user("hello", id="u-valid")))
     frames = await frames_until_done(ws, "r-valid")
     kinds = [json.loads(f["body"])["type"] for f in frames if f["type"] == "cf_agent_use_chat_response" and f["body"]]
-    assert kinds == ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert kinds == ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"], frames
     assert frames[-1]["outcome"] == "completed"
     assert len(rig.model.seen) == calls + 1
     history = await rig.history()

@@ -243,6 +243,21 @@ async def until_type(ws: Any, frame_type: str) -> list[dict[str, Any]]:
             return frames
 
 
+RESUME_REPLIES = ("cf_agent_stream_pending", "cf_agent_stream_resuming", "cf_agent_stream_resume_none")
+
+
+async def handled(ws: Any) -> list[dict[str, Any]]:
+    """Wait until the socket's earlier frames are handled: frames of a socket run in order, so once a resume
+    request sent now is answered, every frame before it was. Returns the frames read meanwhile."""
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))
+    frames = []
+    while True:
+        frame = await next_frame(ws)
+        frames.append(frame)
+        if frame["type"] in RESUME_REPLIES:
+            return frames
+
+
 def wire_chunk_types(frames: list[dict[str, Any]]) -> list[str]:
     return [
         json.loads(f["body"])["type"]

@@ -16,7 +16,7 @@ from typing import Any
 import think_actors as ta
 from think_actors.testing import ScriptedModel, step, text
 
-from .conftest import WAIT_S, Recorder, chat_request, next_frame, skip_greeting, until_done, wire_user
+from .conftest import WAIT_S, Recorder, chat_request, handled, next_frame, skip_greeting, until_done, wire_user
 
 SRC = "packages/ai-chat/src/tests/chat-turn-serialization.test.ts"
 
@@ -81,7 +81,7 @@ async def test_a_second_websocket_request_waits_for_the_active_turn(gateway: Any
     await ws.send_str(chat_request("req-turn-1", wire_user("First", "user-1")))
     await asyncio.wait_for(model.streaming.wait(), WAIT_S)
     await ws.send_str(chat_request("req-turn-2", wire_user("First", "user-1"), wire_user("Second", "user-2")))
-    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))  # frames of a socket run in order
+    await handled(ws)
     assert agent.started() == ["req-turn-1"]
     model.release.set()
     done = []
@@ -187,7 +187,7 @@ async def test_a_clear_during_the_active_turn_skips_the_queued_continuation(gate
     await asyncio.wait_for(model.streaming.wait(), WAIT_S)
     await agent.add_tool_result("call_clear_tool", {"result": "ok"}, auto_continue=True)
     await ws.send_str(json.dumps({"type": "cf_agent_chat_clear"}))
-    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))  # the clear has been handled
+    await handled(ws)
     model.release.set()
     await agent.wait_until_stable(timeout_s=WAIT_S)
     assert agent.started() == ["req-pre-clear"]

@@ -26,6 +26,7 @@ from .conftest import (
     WAIT_S,
     Recorder,
     chat_request,
+    handled,
     next_frame,
     skip_greeting,
     texts,
@@ -978,3 +979,391 @@ async def test_the_executor_runs_across_sequential_steps() -> None:
     assert [c[0] for c in executor.calls] == ["client_action", "client_action_2"]
     assert states(agent) == [("client_action", "output-available"), ("client_action_2", "output-available")]
     assert texts(agent)[-1] == ("assistant", "Done after two steps")
+
+
+# -- results that arrive while the reply is still streaming -------------------------------------------------------
+
+
+class Gates(ScriptedModel):
+    """A scripted model whose first request stops after its n-th event for every n in ``gates``, until released.
+
+    Its events: the response metadata, then two argument fragments per tool call, then the finish.
+    """
+
+    def __init__(self, steps: list[Any], *gates: int) -> None:
+        super().__init__(steps)
+        self.gates = {n: (asyncio.Event(), asyncio.Event()) for n in gates}
+
+    async def reached(self, n: int) -> None:
+        await asyncio.wait_for(self.gates[n][0].wait(), WAIT_S)
+
+    def release(self, n: int) -> None:
+        self.gates[n][1].set()
+
+    def stream(self, request: Any) -> Any:
+        inner = super().stream(request)
+        first = len(self.requests) == 1
+
+        async def gated() -> Any:
+            count = 0
+            async for event in inner:
+                yield event
+                count += 1
+                if first and count in self.gates:
+                    reached, release = self.gates[count]
+                    reached.set()
+                    await release.wait()
+
+        return gated()
+
+
+class StepHeld(Recorder):
+    """Holds the end of its first step (``on_step_finish``): the reply exists only in the turn, not in the store."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_done = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def on_step_finish(self, ctx: ta.StepResult) -> None:
+        await super().on_step_finish(ctx)
+        if not self.go_on.is_set():
+            self.step_done.set()
+            await self.go_on.wait()
+
+
+async def test_a_result_for_a_reply_not_yet_stored_is_applied() -> None:
+    """client-tools.test.ts:1076 "applies a client tool result delivered before the assistant message is persisted
+    (#1649)"."""
+    agent = StepHeld(model=ScriptedModel([tool_call("client_action", {}, id="tc-midstream-1")]), store=ta.MemoryStore())
+    turn = asyncio.ensure_future(agent.chat("go", client_tools=[CLIENT_ACTION]).collect())
+    await asyncio.wait_for(agent.step_done.wait(), WAIT_S)
+    assert [m.role for m in await agent.store.list_messages()] == ["user"]
+    assert await agent.add_tool_result("tc-midstream-1", "mid-stream result") is True
+    agent.go_on.set()
+    await asyncio.wait_for(turn, WAIT_S)
+    part = part_of(agent, "tc-midstream-1")
+    assert (part.state, part.output) == ("output-available", "mid-stream result")
+
+
+async def test_an_approval_for_a_reply_not_yet_stored_is_applied() -> None:
+    """client-tools.test.ts:1093 "applies a client tool approval delivered before the assistant message is persisted
+    (#1649)"."""
+    steps = [tool_call("updateTrigger", {"enabled": True}, id="tc-midstream-approval-1")]
+
+    class HeldTriggers(StepHeld, Triggers):
+        pass
+
+    agent = HeldTriggers(model=ScriptedModel(steps), store=ta.MemoryStore())
+    turn = asyncio.ensure_future(agent.chat("update my trigger").collect())
+    await asyncio.wait_for(agent.step_done.wait(), WAIT_S)
+    assert await agent.add_tool_approval("tc-midstream-approval-1", True) is True
+    agent.go_on.set()
+    await asyncio.wait_for(turn, WAIT_S)
+    assert part_of(agent, "tc-midstream-approval-1").state == "approval-responded"
+    assert agent.executions == 0
+
+
+def repaired_ids(agent: Recorder) -> list[str]:
+    return [i for e in agent.events if e.type == "chat:transcript:repaired" for i in e.payload.get("toolCallIds") or []]
+
+
+async def test_a_result_sent_over_the_socket_while_the_reply_streams_survives(gateway: Any) -> None:
+    """client-tools.test.ts:1107 "applies a client tool result that arrives mid-stream over the WebSocket
+    (#1649)"."""
+    model = ScriptedModel([tool_call("client_action", {"action": "test"}, id="tc-client-1"), text("continued")])
+    client, agent_of = await gateway(StepHeld, model=model)
+    agent = await agent_of("step-held", "r1")
+    ws = await client.ws_connect("/agents/step-held/r1")
+    await skip_greeting(ws)
+    await ws.send_str(chat_request("req-1", wire_user("do the thing", "u1"), clientTools=[{"name": "client_action"}]))
+    await asyncio.wait_for(agent.step_done.wait(), WAIT_S)
+    seen = []
+    while "tool-input-available" not in seen:  # the client has the call: it answers before the reply is stored
+        frame = await next_frame(ws)
+        if frame["type"] == "cf_agent_use_chat_response" and frame["body"]:
+            seen.append(json.loads(frame["body"])["type"])
+    answer = {"toolCallId": "tc-client-1", "toolName": "client_action", "output": "mid-stream output"}
+    await ws.send_str(json.dumps({"type": "cf_agent_tool_result", **answer, "autoContinue": True}))
+    await handled(ws)
+    agent.go_on.set()
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    part = part_of(agent, "tc-client-1")
+    assert (part.state, part.output) == ("output-available", "mid-stream output")
+    assert [r.continuation for r in agent.seen("on_chat_response")] == [False, True]
+    assert "tc-client-1" not in repaired_ids(agent)
+
+
+FAST_SLOW = [ta.ClientToolSchema(name="fast_tool"), ta.ClientToolSchema(name="slow_tool")]
+
+
+def fast_then_slow(*gates: int) -> tuple[Recorder, Gates]:
+    """One step calling ``fast_tool`` (events 2-3) then ``slow_tool`` (events 4-5), then a continuation's text."""
+    model = Gates(
+        [step(tool_call("fast_tool", {}, id="tc-fast"), tool_call("slow_tool", {}, id="tc-slow")), text("both done")],
+        *gates,
+    )
+    return Recorder(model=model, store=ta.MemoryStore()), model
+
+
+async def test_a_sibling_streamed_after_a_resolved_call_holds_the_continuation() -> None:
+    """client-tools.test.ts:1889 "waits for a sibling tool emitted LATER in the same stream before continuing
+    (#1649 headline / #1650)"."""
+    agent, model = fast_then_slow(3)
+    turn = asyncio.ensure_future(agent.chat("delete A and modify B", client_tools=FAST_SLOW).collect())
+    await model.reached(3)
+    assert await agent.add_tool_result("tc-fast", "fast output", auto_continue=True) is True
+    model.release(3)
+    await asyncio.wait_for(turn, WAIT_S)
+    assert part_of(agent, "tc-slow").state == "input-available"
+    await nothing_happens(agent)
+    assert continuations(agent) == [] and "tc-slow" not in repaired_ids(agent)
+    await agent.add_tool_result("tc-slow", "slow output", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1 and "tc-slow" not in repaired_ids(agent)
+    assert [(p.tool_call_id, p.state, p.output) for p in tool_parts(agent)] == [
+        ("tc-fast", "output-available", "fast output"),
+        ("tc-slow", "output-available", "slow output"),
+    ]
+
+
+async def test_a_batch_answered_entirely_while_streaming_continues_once_the_stream_ends() -> None:
+    """client-tools.test.ts:1995 "fires an all-fast parallel batch resolved entirely mid-stream once the stream
+    finalizes (#1650)"."""
+    agent, model = fast_then_slow(3, 5)
+    turn = asyncio.ensure_future(agent.chat("delete A and modify B", client_tools=FAST_SLOW).collect())
+    await model.reached(3)
+    await agent.add_tool_result("tc-fast", "fast output", auto_continue=True)
+    model.release(3)
+    await model.reached(5)
+    await agent.add_tool_result("tc-slow", "slow output", auto_continue=True)
+    model.release(5)
+    await asyncio.wait_for(turn, WAIT_S)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1 and repaired_ids(agent) == []
+    assert [(p.tool_call_id, p.state) for p in tool_parts(agent)] == [
+        ("tc-fast", "output-available"),
+        ("tc-slow", "output-available"),
+    ]
+
+
+async def test_a_sibling_answered_after_the_stream_ended_is_not_errored() -> None:
+    """client-tools.test.ts:2077 "does not error a slow sibling answered AFTER stream end when a fast sibling
+    auto-continued mid-stream (#1649)"."""
+    agent, model = fast_then_slow(5)
+    turn = asyncio.ensure_future(agent.chat("delete A and modify B", client_tools=FAST_SLOW).collect())
+    await model.reached(5)
+    await agent.add_tool_result("tc-fast", "fast output", auto_continue=True)
+    model.release(5)
+    await asyncio.wait_for(turn, WAIT_S)
+    await nothing_happens(agent)
+    assert continuations(agent) == [] and "tc-slow" not in repaired_ids(agent)
+    await agent.add_tool_result("tc-slow", "slow output", auto_continue=True)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1 and "tc-slow" not in repaired_ids(agent)
+    part = part_of(agent, "tc-slow")
+    assert (part.state, part.output) == ("output-available", "slow output")
+
+
+# -- the barrier over the wire ----------------------------------------------------------------------------------------
+
+
+async def stored_batch(gateway: Any, message_id: str, *parts: dict[str, Any], model: Any = None) -> Any:
+    """A socket to an agent whose history ends with an assistant reply holding ``parts``."""
+    client, ws, agent = await connect(gateway, model or ScriptedModel([text("continued")]))
+    await agent.add_messages(
+        [wire_message("u1", "user", {"type": "text", "text": "go"}), wire_message(message_id, "assistant", *parts)]
+    )
+    return client, ws, agent
+
+
+def result_frame(tool_call_id: str, tool_name: str, output: Any, **extra: Any) -> str:
+    return json.dumps(
+        {"type": "cf_agent_tool_result", "toolCallId": tool_call_id, "toolName": tool_name, "output": output, **extra}
+    )
+
+
+async def test_a_settled_dynamic_tool_beside_a_waiting_call_holds_the_barrier(gateway: Any) -> None:
+    """client-tools.test.ts:1264 "holds the barrier when a settled dynamic-tool sits beside a pending tool
+    (#1649)"."""
+    dynamic = {
+        "type": "dynamic-tool",
+        "toolName": "dyn_action",
+        "toolCallId": "tc-dyn",
+        "state": "input-available",
+        "input": {"action": "dyn"},
+    }
+    _, ws, agent = await stored_batch(gateway, "assistant-dynamic", dynamic, client_part("tc-reg", "input-available"))
+    await ws.send_str(result_frame("tc-dyn", "dyn_action", "dyn output", autoContinue=True))
+    await until_type(ws, "cf_agent_message_updated")
+    await nothing_happens(agent)
+    assert continuations(agent) == []
+    await ws.send_str(result_frame("tc-reg", "client_action", "reg output", autoContinue=True))
+    await until_done(ws)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1
+    assert [(p.tool_call_id, p.state) for p in tool_parts(agent)] == [
+        ("tc-dyn", "output-available"),
+        ("tc-reg", "output-available"),
+    ]
+
+
+async def test_a_person_answering_beside_a_fast_tool_holds_the_barrier_without_repair(gateway: Any) -> None:
+    """client-tools.test.ts:1334 "does not fire through a human-in-the-loop tool parked beside a fast tool
+    (#1650)"."""
+    human = {
+        "type": "tool-ask_user",
+        "toolCallId": "tc-human",
+        "toolName": "ask_user",
+        "state": "input-available",
+        "input": {"prompt": "What is your name?"},
+    }
+    _, ws, agent = await stored_batch(gateway, "assistant-human", client_part("tc-fast", "input-available"), human)
+    await ws.send_str(result_frame("tc-fast", "client_action", "fast output", autoContinue=True))
+    await until_type(ws, "cf_agent_message_updated")
+    await nothing_happens(agent)
+    assert continuations(agent) == [] and "tc-human" not in repaired_ids(agent)
+    assert part_of(agent, "tc-human").state == "input-available"
+    await ws.send_str(result_frame("tc-human", "ask_user", "Ada", autoContinue=True))
+    await until_done(ws)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1 and "tc-human" not in repaired_ids(agent)
+    assert [(p.tool_call_id, p.state, p.output) for p in tool_parts(agent)] == [
+        ("tc-fast", "output-available", "fast output"),
+        ("tc-human", "output-available", "Ada"),
+    ]
+
+
+async def test_a_sibling_that_never_arrives_leaves_the_continuation_armed_and_the_call_waiting(gateway: Any) -> None:
+    """client-tools.test.ts:1444 "does not pin the isolate when a sibling result never arrives — client disconnect
+    mid-batch (#1650)": no continuation and no repair; the armed continuation still runs once a later answer
+    completes the batch (the reference checks that through its barrier's in-memory state)."""
+    _, ws, agent = await stored_batch(
+        gateway,
+        "assistant-orphan",
+        client_part("tc-fast", "input-available"),
+        client_part("tc-gone", "input-available"),
+    )
+    await ws.send_str(result_frame("tc-fast", "client_action", "fast output", autoContinue=True))
+    await until_type(ws, "cf_agent_message_updated")
+    await ws.close()
+    await nothing_happens(agent)
+    assert continuations(agent) == [] and "tc-gone" not in repaired_ids(agent)
+    assert [(p.tool_call_id, p.state) for p in tool_parts(agent)] == [
+        ("tc-fast", "output-available"),
+        ("tc-gone", "input-available"),
+    ]
+    await agent.add_tool_result("tc-gone", "late output")
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1
+
+
+async def test_parallel_results_over_the_wire_make_one_continuation_in_either_order(gateway: Any) -> None:
+    """client-tools.test.ts:2776 "coalesces parallel tool results into a single continuation regardless of arrival
+    order (#1649)"."""
+    _, ws, agent = await stored_batch(
+        gateway,
+        "assistant-deferred-1",
+        {**client_part("tc-deferred-1", "input-available"), "input": {"action": "first"}},
+        {**client_part("tc-deferred-2", "input-available"), "input": {"action": "second"}},
+    )
+    await ws.send_str(result_frame("tc-deferred-1", "client_action", "first done", autoContinue=True))
+    await until_type(ws, "cf_agent_message_updated")
+    await nothing_happens(agent)
+    assert continuations(agent) == []
+    await ws.send_str(result_frame("tc-deferred-2", "client_action", "second done", autoContinue=True))
+    await until_done(ws)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert len(continuations(agent)) == 1
+    assert [
+        (m.id if m.role == "assistant" and m.id == "assistant-deferred-1" else m.role, m.text)
+        for m in agent.get_messages()
+    ] == [
+        ("user", "go"),
+        ("assistant-deferred-1", ""),
+        ("assistant", "continued"),
+    ]
+
+
+# -- resume requests while a continuation is armed ------------------------------------------------------------------
+
+RESUME_TYPES = ("cf_agent_stream_pending", "cf_agent_stream_resuming", "cf_agent_stream_resume_none")
+
+
+async def test_a_resume_request_right_after_a_result_hears_the_continuation_not_none(gateway: Any) -> None:
+    """client-tools.test.ts:2500 "does not send STREAM_RESUME_NONE for an immediate resume request after tool
+    output" and :2632 "holds STREAM_RESUME_REQUEST while continuation is pending": the socket is told to wait
+    (pending), then RESUMING with the continuation's id."""
+    _, ws, agent = await stored_batch(
+        gateway, "assistant-immediate-resume", client_part("tc-immediate-resume", "input-available")
+    )
+    await ws.send_str(result_frame("tc-immediate-resume", "client_action", "done", autoContinue=True))
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request"}))
+    frames = await until_type(ws, "cf_agent_stream_resuming")
+    assert [f["type"] for f in frames if f["type"] in RESUME_TYPES] == [
+        "cf_agent_stream_pending",
+        "cf_agent_stream_resuming",
+    ]
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": frames[-1]["id"]}))
+    done = (await until_done(ws))[-1]
+    assert done["id"] == frames[-1]["id"] and done.get("continuation") is True
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+
+
+async def test_the_continuation_runs_when_the_answering_socket_closes_before_it_starts(gateway: Any) -> None:
+    """client-tools.test.ts:2568 "continues when the initiating connection closes before coalescing finishes"."""
+    _, ws, agent = await stored_batch(
+        gateway, "assistant-close", client_part("tc-close-before-coalesce", "input-available")
+    )
+    await ws.send_str(result_frame("tc-close-before-coalesce", "client_action", "done", autoContinue=True))
+    await until_type(ws, "cf_agent_message_updated")
+    await ws.close()
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert [(r.status, r.continuation) for r in agent.seen("on_chat_response")] == [("completed", True)]
+
+
+async def test_a_resume_request_after_the_continuation_ended_is_answered_idle_with_its_probe(gateway: Any) -> None:
+    """client-tools.test.ts:2698 "correlates idle STREAM_RESUME_NONE after a continuation completes"."""
+    client, ws1, agent = await stored_batch(
+        gateway, "assistant-resume-none", client_part("tc-resume-none", "input-available")
+    )
+    ws2 = await client.ws_connect("/agents/clienty/r1")
+    await skip_greeting(ws2)
+    await ws1.send_str(result_frame("tc-resume-none", "client_action", "done", autoContinue=True))
+    await until_done(ws1)
+    await until_done(ws2)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    await ws2.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "probe-idle-continuation"}))
+    reply = (await until_type(ws2, "cf_agent_stream_resume_none"))[-1]
+    assert reply == {"type": "cf_agent_stream_resume_none", "reason": "idle", "probeId": "probe-idle-continuation"}
+
+
+# -- clear and message concurrency ----------------------------------------------------------------------------------
+
+
+async def test_a_clear_skips_a_queued_latest_submit(gateway: Any) -> None:
+    """client-tools.test.ts:3349 "clear skips queued latest submits"."""
+    model = Gates([text("first"), text("never")], 1)
+    _, ws, agent = await connect(gateway, model, strategy("latest"))
+    await ws.send_str(chat_request("req-1", wire_user("First", "u1")))
+    await model.reached(1)
+    await ws.send_str(chat_request("req-2", wire_user("Second", "u2")))
+    await ws.send_str(json.dumps({"type": "cf_agent_chat_clear"}))
+    await handled(ws)
+    model.release(1)
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert agent.get_messages() == []
+    assert [ctx.request_id for ctx in agent.seen("before_turn")] == ["req-1"]
+    assert model.remaining == 1
+
+
+async def test_a_submit_after_a_clear_does_not_overlap_the_one_before(gateway: Any) -> None:
+    """client-tools.test.ts:3372 "post-clear submits are not treated as overlapping" (``drop``)."""
+    _, ws, agent = await connect(gateway, ScriptedModel([text("before"), text("after")]), strategy("drop"))
+    await ws.send_str(chat_request("req-1", wire_user("Before clear", "u1")))
+    await until_done(ws, "req-1")
+    await ws.send_str(json.dumps({"type": "cf_agent_chat_clear"}))
+    await ws.send_str(chat_request("req-2", wire_user("After clear", "u2")))
+    await until_done(ws, "req-2")
+    await agent.wait_idle()
+    assert texts(agent) == [("user", "After clear"), ("assistant", "after")]

@@ -297,3 +297,72 @@ async def test_the_default_classifier_recognises_provider_overflows(message: str
 async def test_the_default_classifier_has_no_opinion_on_other_errors(message: str) -> None:
     """assistant-agent-loop.test.ts:757 "returns undefined for unrelated errors"."""
     assert ta.default_context_overflow_classifier(RuntimeError(message)) is None
+
+
+class WireCancels(Overflowing):
+    """Cancels its turn at the overflow seam (the reference's ``abortDuringRecovery``)."""
+
+    async def classify_chat_error(self, error: Any, ctx: ta.ChatErrorContext) -> Any:
+        self.cancel_chat(ctx.request_id or "")
+        return "context_overflow"
+
+
+async def test_an_aborted_turn_on_the_websocket_path_is_not_compacted_or_retried(gateway: Any) -> None:
+    """assistant-agent-loop.test.ts:560 "does not compact or retry an aborted turn on the WebSocket path"."""
+    model = ScriptedModel([text(f"{SEED} answer"), error(overflow())])
+    client, agent_of = await gateway(WireCancels, model=model)
+    agent = await agent_of("wire-cancels", "r1")
+    await agent.save_messages(f"{SEED} question")
+    ws = await client.ws_connect("/agents/wire-cancels/r1")
+    await skip_greeting(ws)
+    await ws.send_str(chat_request("req-1", wire_user("trigger overflow", "u1")))
+    done = (await until_done(ws, "req-1"))[-1]
+    await agent.wait_idle()
+    assert done.get("outcome") == "aborted"
+    assert (agent.compactions, agent.compacted(), len(model.requests)) == ([], [], 2)
+    model.assert_complete()
+
+
+class TwiceProactive(Overflowing):
+    context_overflow = ta.ContextOverflowConfig(
+        reactive=True, proactive=ta.Proactive(max_input_tokens=1000, max_compactions=2)
+    )
+
+
+def tool_pairs(request: ta.ModelRequest) -> tuple[list[str], list[str]]:
+    """The ids of the tool calls a prompt holds, and the ids its tool results answer."""
+    calls = [c["id"] for m in request.messages for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in request.messages if m["role"] == "tool"]
+    return calls, results
+
+
+async def test_two_proactive_compactions_in_one_turn_keep_the_prompt_whole() -> None:
+    """assistant-agent-loop.test.ts:645 "proactive guard fires twice in one turn (maxCompactions:2) without
+    corrupting the spliced prompt": after each compaction the next step's prompt starts with the summary and keeps
+    every tool call of this turn paired with its result."""
+    heavy = ta.Usage(input_tokens=950, output_tokens=10, total_tokens=960)
+    agent, model = await seeded(
+        TwiceProactive,
+        step(tool_call("echo", {"message": "a"}, id="call-a"), usage=heavy),
+        step(tool_call("echo", {"message": "b"}, id="call-b"), usage=heavy),
+        text("done after two tools"),
+        turns=3,
+    )
+    result = await agent.save_messages("use the echo tool")
+    assert (result.status, result.error) == ("completed", None)
+    assert agent.compactions == ["proactive", "proactive"]
+    assert agent.compacted() == [{"reason": "proactive", "shortened": True}] * 2
+    first, second, third = model.requests[3:]
+    assert [tool_pairs(r) for r in (first, second, third)] == [
+        ([], []),
+        (["call-a"], ["call-a"]),
+        (["call-a", "call-b"], ["call-a", "call-b"]),
+    ]
+    assert [
+        any("summary of the earlier talk" in str(m.get("content")) for m in r.messages) for r in (first, second, third)
+    ] == [
+        False,
+        True,
+        True,
+    ]
+    assert [t for _, t in texts(agent)].count("done after two tools") == 1

@@ -367,6 +367,11 @@ class ChatRecoveryConfig:
     one resets the count). ``max_total_attempts``: the work budget, progress or not. ``no_progress_timeout_s``:
     a turn whose last progress is older than this is not resumed. ``enabled=False`` ends interrupted turns
     instead of resuming them (their settled tool results are still kept).
+
+    This budget, not Ray's restart count, ends a crash loop: each attempt is counted in the store before it
+    runs, so a turn that kills its process every time is given up at the restart after the budget is spent (the
+    turn ends with an error, ``on_chat_recovery_exhausted`` fires once) and the agent takes the next turn. On Ray
+    that needs the actor to be restarted that often: ``ta.init``'s default ``max_restarts=-1`` always restarts it.
     """
 
     enabled: bool = True

@@ -66,7 +66,7 @@ class RuntimeConfig:
     data_dir: str = ""
     store_url: str = ""  # "" means each agent's SQLite file under data_dir
     model_pool_size: int = 2
-    max_restarts: int = 3
+    max_restarts: int = -1  # Ray restarts a crashed agent without limit; recovery budgets bound crash loops
     batch_max: int = 1024
     flush_s: float = 0.003
     log_level: int = logging.WARNING
@@ -107,7 +107,7 @@ def init(
     store: str | None = None,
     num_cpus: int | None = None,
     model_pool_size: int = 2,
-    max_restarts: int = 3,
+    max_restarts: int = -1,
     idle_timeout_s: float | None = None,
     quiet: bool = True,
     fast_model_path: bool | None = None,
@@ -122,6 +122,14 @@ def init(
     ``store`` is a store URL for every agent (default ``$THINK_STORE``): ``postgresql://user@host/db`` when agents
     run on more than one node, or ``sqlite:///dir``; it travels to every actor. A URL of another scheme raises
     ``ConfigurationError`` before Ray starts.
+    ``max_restarts`` is how often Ray restarts a crashed agent actor: by default (-1) always, so the agent stays
+    reachable, and what gives up on a turn that kills its process again and again is the turn's recovery budget
+    (the class's ``chat_recovery``, ``ChatRecoveryConfig``), which ends the turn and calls
+    ``on_chat_recovery_exhausted``. A finite count is Ray's over the actor's whole life, not per turn: once it is
+    spent Ray declares the actor dead, every call gets ``AgentUnavailableError`` and the interrupted turn is never
+    finished. One crash loop takes up to ``max_total_attempts + 1`` restarts (``max_attempts + 1`` if no attempt
+    gets further), so a count you set must stay above that. A process that dies in its own start-up, before its
+    recovery counts an attempt, spends no budget: only a finite count ends that loop.
     ``fast_model_path`` lets the model-server pool stream OpenAI-wire providers through ``OpenAIWireClient``
     (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
     Calling it again returns the same config.
@@ -585,6 +593,10 @@ class AgentHandle:
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         await self._forward("wait_until_stable", timeout_s=timeout_s)
 
+    async def pending_continuation_id(self) -> str | None:
+        """``Think.pending_continuation_id`` on the actor."""
+        return await self._forward("pending_continuation_id")  # type: ignore[no-any-return]
+
     async def set_client_tools(self, client_tools: Any) -> None:
         """``Think.set_client_tools`` on the actor."""
         await self._forward("set_client_tools", client_tools)
@@ -659,6 +671,7 @@ _FORWARDED_METHODS = frozenset(
         "chat_terminal",
         "remember_chat_terminal",
         "wait_until_stable",
+        "pending_continuation_id",
         "submit_messages",
         "inspect_submission",
         "list_submissions",
@@ -680,13 +693,15 @@ def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
 
 def _counted(method: Any) -> Any:
     """An AgentHost method that counts as work while it runs (a stream, for as long as it streams): an agent with
-    a call in progress never hibernates, and a call that arrives while it hibernates is refused, never half-run."""
+    a call in progress never hibernates, and a call that arrives while it hibernates is refused, never half-run.
+    It runs once the actor's own start of the agent has ended (see ``AgentHost.__init__``)."""
     if inspect.isasyncgenfunction(method):
 
         @functools.wraps(method)
         async def stream(self: AgentHost, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
             self._begin_call()
             try:
+                await self._started()
                 async for item in method(self, *args, **kwargs):
                     yield item
             finally:
@@ -698,6 +713,7 @@ def _counted(method: Any) -> Any:
     async def call(self: AgentHost, *args: Any, **kwargs: Any) -> Any:
         self._begin_call()
         try:
+            await self._started()
             return await method(self, *args, **kwargs)
         finally:
             self._end_call()
@@ -725,13 +741,24 @@ class AgentHost:
         node_id = ray.get_runtime_context().get_node_id()
         registry.record_resident(config.namespace, path, agent_class, name, options, node_id)
         # Start the agent as soon as the actor is up, not at the first call: after a crash and restart, what it
-        # had accepted (pending submissions, interrupted turns) must go on without anyone asking.
-        ray.get_runtime_context().current_actor.wake.remote()
+        # had accepted (pending submissions, interrupted turns) must go on without anyone asking. A task on the
+        # actor's own event loop (Ray 2.60 runs an async actor's constructor on it), never a call to itself: Ray
+        # refuses that call while it still counts the actor as restarting, and the start was lost (stack-notes).
+        self._start_up = asyncio.get_running_loop().create_task(self._start_agent())
 
-    async def wake(self) -> None:
-        await self.agent.load_messages()
-        if self.idle_timeout_s is not None and self.idle_timeout_s > 0 and self._watch is None:
+    async def _start_agent(self) -> None:
+        """Load the agent, which schedules the recovery of interrupted turns and the pending submissions."""
+        try:
+            await self.agent.load_messages()
+        except Exception:
+            log.exception("agent %r could not start; the next call to it starts it again", self.path)
+        if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
             self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
+
+    async def _started(self) -> None:
+        """Wait for the actor's own start of the agent, so no call overtakes the recovery that start schedules."""
+        if not self._start_up.done():
+            await asyncio.shield(self._start_up)
 
     def _begin_call(self) -> None:
         if self._hibernating:

@@ -512,6 +512,208 @@ class SleepyLead(ta.Think):
     tools = (ta.agent_tool(SlowHelper, name="ask_helper", description="Ask the slow helper."),)
 
 
+# ------------------------------------------------------------------ recovery that nobody asks for
+
+
+@ray.remote(num_cpus=0)
+class RecoveryWatch:
+    """Outlives its agents' restarts and hears from them, so a test learns how a turn ended without calling the
+    agent (a call would start a restarted agent itself). Also a gate its agents' start-up can be held at, and
+    the log lines they forward."""
+
+    def __init__(self) -> None:
+        self.crashes: dict[str, int] = {}  # request id -> times the agent died in it
+        self.finished: dict[str, list[str]] = {}  # request id -> the statuses on_chat_response saw
+        self.exhausted: list[dict[str, Any]] = []
+        self.logged: list[str] = []
+        self.starts = 0
+        self.gate_open = asyncio.Event()
+        self.gate_open.set()
+        self.waiting_at_gate = asyncio.Event()
+        self.changed = asyncio.Event()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _until(self, done: Any, timeout_s: float) -> bool:
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not done():
+                    await self.changed.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def crash_once(self, request_id: str, *, close_gate: bool = False) -> bool:
+        """True the first time only: the caller dies now (and with ``close_gate``, its restart waits at the gate)."""
+        first = request_id not in self.crashes
+        self.crashes[request_id] = self.crashes.get(request_id, 0) + 1
+        if first and close_gate:
+            self.gate_open.clear()
+        self._changed()
+        return first
+
+    async def turn_finished(self, request_id: str, status: str) -> None:
+        self.finished.setdefault(request_id, []).append(status)
+        self._changed()
+
+    async def recovery_exhausted(self, facts: dict[str, Any]) -> None:
+        self.exhausted.append(facts)
+        self._changed()
+
+    async def log(self, line: str) -> None:
+        self.logged.append(line)
+        self._changed()
+
+    async def start(self) -> int:
+        """Count an agent start; the number of this one."""
+        self.starts += 1
+        return self.starts
+
+    async def gate(self) -> None:
+        if not self.gate_open.is_set():
+            self.waiting_at_gate.set()
+        await self.gate_open.wait()
+
+    async def open_gate(self) -> None:
+        self.gate_open.set()
+
+    async def wait_at_gate(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self.waiting_at_gate.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_finished(self, request_id: str, timeout_s: float) -> list[str] | None:
+        """The statuses of ``request_id``'s finished turn, or None if it did not finish within ``timeout_s``."""
+        await self._until(lambda: request_id in self.finished, timeout_s)
+        return self.finished.get(request_id)
+
+    async def wait_exhausted(self, timeout_s: float) -> list[dict[str, Any]]:
+        await self._until(lambda: bool(self.exhausted), timeout_s)
+        return list(self.exhausted)
+
+    async def wait_logged(self, timeout_s: float) -> list[str]:
+        await self._until(lambda: bool(self.logged), timeout_s)
+        return list(self.logged)
+
+    async def report(self) -> dict[str, Any]:
+        return {"crashes": self.crashes, "finished": self.finished, "exhausted": self.exhausted}
+
+
+class AnswerModel:
+    """Stateless: answers the last user message in two deltas, whatever came before (so a continuation or a
+    retry after a restart answers the same way)."""
+
+    model_id = "answer"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        question = next(m["content"] for m in reversed(request.messages) if m["role"] == "user")
+        yield TextDelta(f"about {question}: first half")
+        yield TextDelta(", second half.")
+        yield FinishEvent("stop", Usage())
+
+
+class Watched(ta.Think):
+    """Tells its RecoveryWatch about every finished turn."""
+
+    model = AnswerModel()
+
+    def __init__(self, *args: Any, watch: str, namespace: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.watch_name = watch
+        self.namespace = namespace
+
+    @property
+    def watch(self) -> Any:
+        return ray.get_actor(self.watch_name, namespace=self.namespace)
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await self.watch.turn_finished.remote(result.request_id, result.status)
+
+
+class DiesMidTurn(Watched):
+    """Dies (``os._exit``) once in every turn, between the two deltas of its answer."""
+
+    close_gate = False
+
+    async def on_chunk(self, ctx: ta.ChunkContext) -> None:
+        second_half = ctx.type == "text-delta" and ctx.text == ", second half."
+        if second_half and await self.watch.crash_once.remote(ctx.request_id, close_gate=self.close_gate):
+            os._exit(1)
+
+
+class _GatedStore(ta.SQLiteStore):
+    """SQLite, but listing the turn records (the step of the agent's start that schedules recovery) waits at the
+    watch's gate."""
+
+    watch: Any = None
+
+    async def list_turns(self, *, statuses: Any = None) -> list[Any]:
+        await self.watch.gate.remote()
+        return await super().list_turns(statuses=statuses)
+
+
+class HeldAtStart(DiesMidTurn):
+    """DiesMidTurn whose restart is held, until the test opens the watch's gate, inside its start-up: after its
+    history loaded and before its interrupted turn's recovery is scheduled."""
+
+    close_gate = True
+
+    def __init__(self, name: str, *, path: str, data_dir: str, watch: str, namespace: str, **kwargs: Any):
+        store = _GatedStore.for_agent(data_dir, path)
+        store.watch = ray.get_actor(watch, namespace=namespace)
+        super().__init__(name, path=path, store=store, watch=watch, namespace=namespace, **kwargs)
+
+
+class _ForwardLogs(logging.Handler):
+    def __init__(self, watch: Any) -> None:
+        super().__init__(logging.ERROR)
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.watch.log.remote(self.format(record))
+
+
+class FailsToStartOnce(Watched):
+    """Its first start fails (``configure_session`` raises); the think_actors errors its process logs go to the
+    watch."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        logging.getLogger("think_actors").addHandler(_ForwardLogs(self.watch))
+
+    async def configure_session(self, session: Any) -> Any:
+        if await self.watch.start.remote() == 1:
+            raise RuntimeError("the first start fails")
+        return session
+
+
+class CrashLoop(Watched):
+    """Its model kills the process on every attempt at answering "crash", before saying anything (no attempt
+    makes progress); anything else it answers."""
+
+    class Model(AnswerModel):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+            if next(m["content"] for m in reversed(request.messages) if m["role"] == "user") == "crash":
+                os._exit(1)
+            async for event in super().stream(request):
+                yield event
+
+    model = Model()
+
+    async def on_chat_recovery_exhausted(self, ctx: ta.ChatRecoveryContext) -> None:
+        facts = {"request_id": ctx.request_id, "reason": ctx.reason, "attempt": ctx.attempt, "kind": ctx.kind}
+        await self.watch.recovery_exhausted.remote(facts)
+
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        # A turn given up before any reply part gets no on_chat_response: this is how it ends.
+        await self.watch.turn_finished.remote(ctx.request_id, f"error ({ctx.stage})")
+        return error
+
+
 # ------------------------------------------------------------------ metrics and logs
 
 

@@ -179,7 +179,7 @@ async def test_a_result_applies_to_a_part_waiting_on_approval(state: str, line: 
     assert (part.state, part.output) == ("output-available", "approved result")
 
 
-# -- tool approval ---------------------------------------------------------------------------------------------------
+# -- tool approval --------------------------------------------------------------------------------------------------
 
 
 async def test_an_approval_sets_approval_responded() -> None:
@@ -1165,7 +1165,7 @@ async def test_a_sibling_answered_after_the_stream_ended_is_not_errored() -> Non
     assert (part.state, part.output) == ("output-available", "slow output")
 
 
-# -- the barrier over the wire ----------------------------------------------------------------------------------------
+# -- the barrier over the wire --------------------------------------------------------------------------------------
 
 
 async def stored_batch(gateway: Any, message_id: str, *parts: dict[str, Any], model: Any = None) -> Any:

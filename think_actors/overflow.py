@@ -22,13 +22,23 @@ or 2 vetoes it: litellm maps "the requested output alone fills the window" to a 
    ``code: context_length_exceeded``), Anthropic "I + O > W", TGI "must be <= W. Given: I inputs and O
    max_new_tokens". Compacting the prompt cannot help then; only a smaller ``max_tokens`` can. When ``O < W`` the
    prompt is part of the problem and it is an overflow (vLLM "is too large: 64000 ... context length is 64001").
+   Cohere's output cap counts here too: "too many tokens: max tokens must be less than or equal to 4096, the
+   maximum output for this model" (its documented 400 examples) shares the "too many tokens:" prefix of its
+   overflows but names only the output.
 3. Any piece matching a known overflow wording: overflow. The wordings come from the providers' documentation,
    their own source (vLLM, llama.cpp server, Ollama, LM Studio) and errors users pasted in public issue
    threads; ``tests/data/context_overflow_corpus.json`` holds one cited example or more per wording, for OpenAI,
    Azure OpenAI, Anthropic, Gemini, Vertex AI, Bedrock (Claude, Titan, Llama, Mistral, Converse), Mistral,
-   Cohere, Groq, DeepSeek, xAI, OpenRouter, Together, Fireworks, Ollama, vLLM, SGLang, llama.cpp, LM Studio
-   and GitHub Copilot. vLLM's "max_tokens must be at least 1, got -N" is one too: it derives the output budget
-   from the window less the prompt, so a negative budget means the prompt alone is over the window.
+   Cohere, Groq, DeepSeek, xAI, OpenRouter, Together, Fireworks, Ollama, vLLM, SGLang, llama.cpp, llama-box,
+   LM Studio, Hugging Face TGI, Perplexity and GitHub Copilot. vLLM's "max_tokens must be at least 1, got -N"
+   is one too: it derives the output budget from the window less the prompt, so a negative budget means the
+   prompt alone is over the window.
+   Local and hosted servers word it their own way: llama.cpp "Context size has been exceeded." (a 500, beside its
+   exceed_context_size_error), llama-box "prefill N tokens exceed n_ctx_per_seq", TGI "`inputs` must have less
+   than N tokens" (its router's InputLength check), Perplexity "The total length of all messages is too long.".
+   Bedrock's "Malformed input request: expected maxLength: N, actual: M" is one only for the whole input: with
+   a field path (``#/texts/0: expected maxLength``) it is one part of an embedding request over its cap, which
+   compaction does not shrink.
    Output-only caps ("max_tokens is too large ... supports at most N completion tokens", "max_tokens: N > M,
    which is the maximum allowed number of output tokens") match none of them.
 4. HTTP 413 with nothing else to go on: overflow. Anthropic's ``request_too_large`` (the request's bytes pass
@@ -101,6 +111,11 @@ _OVERFLOW = re.compile(
             r"input length \(\d+ tokens\) exceeds the maximum allowed length",  # SGLang
             r"prompt token count of \d+ exceeds the limit of \d+",  # GitHub Copilot
             r"\bmodel_max_prompt_tokens_exceeded\b",  # GitHub Copilot code
+            r"context size has been exceeded",  # llama.cpp server, LM Studio (MLX)
+            r"prefill \d+ tokens exceed n_ctx_per_seq",  # llama-box (GPUStack)
+            r"`?inputs`? must have less than \d+ tokens",  # Hugging Face TGI (and TEI)
+            r"malformed input request: expected maxlength: \d+, actual: \d+",  # Bedrock, the whole input (see step 3)
+            r"the total length of all messages is too long",  # Perplexity
         ]
     ),
     re.IGNORECASE,
@@ -127,6 +142,9 @@ _NOT_OVERFLOW = re.compile(
     ),
     re.IGNORECASE,
 )
+
+# Wordings that cap the output alone whatever else they say: Cohere heads them "too many tokens:" like its overflows.
+_OUTPUT_ONLY = re.compile(r"the maximum output for this model", re.IGNORECASE)
 
 # Caps on the output alone. litellm maps some of them to a context-window error because they name the window
 # (Groq "... is less than the `context_window` for this model"); with no overflow wording beside them, they veto it.
@@ -297,7 +315,9 @@ def _number(text: str) -> int:
 
 
 def _output_fills_window(text: str) -> bool:
-    """Whether ``text`` says the requested output alone is at least the context window (step 2)."""
+    """Whether ``text`` says the requested output alone is at least the context window, or caps it (step 2)."""
+    if _OUTPUT_ONLY.search(text):
+        return True
     match = _INPUT_PLUS_OUTPUT.search(text)
     if match and _number(match[2]) >= _number(match[3]):
         return True

@@ -10,8 +10,8 @@ Every case is raw frame text and what the protocol lets the gateway answer with 
 - ``NO_TURN``: a chat request that must not run a turn (``messages: []``); its terminal response frame or an
   error frame.
 
-``known`` names the issue 16 item a case fails today because of (the fix in progress), ``finding`` a failure found
-by this suite outside those items; the suite marks those cases xfail(strict=True).
+``known`` names the issue 16 item a case fails because of, ``finding`` a failure found by this suite outside those
+items; the suite runs such cases in batches of their own marked xfail(strict=True).
 
 The seeded generator below adds random junk on top of the hand-written cases; hypothesis is not installed here.
 """

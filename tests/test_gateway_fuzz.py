@@ -1,10 +1,10 @@
-"""Fuzzing the WebSocket gateway from the protocol (reference §1.1 frames, §2.3 message_concurrency, §3.5 intake):
-hundreds of malformed frames on one socket, each followed by a probe, then a valid chat request; tokens,
-origins, agent names and frame sizes; 50 sockets at once under every message_concurrency policy.
+"""Fuzzing the WebSocket gateway from the protocol (reference §1.1 frames, §2.3 message_concurrency, §3.5 intake,
+§3.7 resume): hundreds of malformed frames on one socket, each followed by a probe, then a valid chat request;
+tokens, origins, agent names and frame sizes; 50 sockets at once under every message_concurrency policy.
 
-Cases that fail today because of a known gap (issue 16 items 8-18, being fixed) or a finding of this suite are
-xfail(strict=True): they turn red when the fix lands, and the marker goes. The frames live in
-``gateway_fuzz_frames.py``.
+A case that fails is marked in ``gateway_fuzz_frames.py`` (``known``: an issue 16 item; ``finding``: anything else)
+and its batch runs as xfail(strict=True), so it turns red when the fix lands and the marker goes. Issue 16 items
+8-18 landed while this suite was written; their cases pass and carry no marker.
 """
 
 from __future__ import annotations
@@ -807,3 +807,33 @@ async def test_steer_under_50_sockets_stores_every_message_once_and_answers_ever
     users = result.users()
     assert sorted(users) == sorted(ALL) and len(users) == SOCKETS
     assert asked(result.model.seen[-1]) == sorted(f"q{i}" for i in range(SOCKETS))
+
+
+async def test_repeated_resume_requests_mid_stream_give_every_chunk_once(tmp_path: Path) -> None:
+    """Reference §3.7: each resume request while a stream runs is answered RESUMING; after one ACK the socket has
+    every frame of the stream exactly once (replay, then live), whatever number of requests came before it."""
+    from think_actors.testing import ScriptedModel, delay, step, text
+
+    model = ScriptedModel([step(text("first half, "), delay(0.3), text("second half"))])
+    directory = LocalDirectory([Fuzzed], model=model, data_dir=str(tmp_path))
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        sender = await client.ws_connect("/agents/fuzzed/resume")
+        await greeting(sender)
+        tab = await client.ws_connect("/agents/fuzzed/resume")
+        await greeting(tab)
+        await sender.send_str(chat_frame("r", user("tell me", id="u1")))
+        got: list[dict[str, Any]] = []
+        while (frame := await receive(tab)) is not None:
+            got.append(frame)
+            if "first half" in str(frame.get("body")):
+                break
+        for n in range(5):
+            await tab.send_str(dumps({"type": "cf_agent_stream_resume_request", "probeId": f"p{n}"}))
+        answers = [await receive(tab) for _ in range(5)]
+        assert answers == [{"type": "cf_agent_stream_resuming", "id": "r", "probeId": f"p{n}"} for n in range(5)]
+        await tab.send_str(dumps({"type": "cf_agent_stream_resume_ack", "id": "r"}))
+        got += await frames_until_done(tab, "r")
+        everything = await frames_until_done(sender, "r")
+    # Live before, and replayed or live after the ACK: each chunk once, in order, as the sender got it.
+    assert [f["seq"] for f in got if "seq" in f] == [f["seq"] for f in everything if "seq" in f]
+    assert "".join(json.loads(f["body"]).get("delta", "") for f in got if "seq" in f) == "first half, second half"

@@ -16,7 +16,7 @@ from helpers import greeting
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
-from think_actors.testing import ScriptedModel, text
+from think_actors.testing import ScriptedModel, text, tool_call
 
 WAIT_S = 5
 
@@ -364,3 +364,20 @@ async def test_a_request_with_no_messages_runs_a_turn_over_the_stored_history_as
         ("assistant", "one"),
         ("assistant", "two"),
     ]
+
+
+async def test_the_pending_continuation_id_is_the_id_the_continuation_runs_under() -> None:
+    ask = {"name": "ask", "description": "Ask the user", "parameters": {"type": "object", "properties": {}}}
+    agent = Helper(model=ScriptedModel([tool_call("ask", {}, id="c1"), text("thanks")]), store=ta.MemoryStore())
+    await agent.chat("go", client_tools=[ask]).collect()
+    assert await agent.pending_continuation_id() is None  # the call waits for its answer: nothing is armed
+    started: list[str] = []
+    agent.observe(
+        "agents:chat", lambda e: started.append(e.payload["requestId"]) if e.type == "chat:turn:start" else None
+    )
+    assert await agent.add_tool_result("c1", "Oslo", auto_continue=True)
+    upcoming = await agent.pending_continuation_id()
+    assert upcoming is not None and await agent.pending_continuation_id() == upcoming  # fixed once told
+    await agent.wait_until_stable(timeout_s=WAIT_S)
+    assert started == [upcoming]
+    assert await agent.pending_continuation_id() is None

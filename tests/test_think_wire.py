@@ -89,6 +89,7 @@ SCRIPTS: dict[str, tuple[type[ta.Think], list[Any]]] = {
     "server_tool": (Calculator, [tool_call("add", {"a": 2, "b": 3}, id="call_1"), text("It is 5.")]),
     "provider_error": (Broken, [error(RuntimeError("provider exploded"))]),
     "client_tool": (Locator, [LOCATE, LATE + text("You are in Paris.")]),
+    "client_tool_resumed": (Locator, [LOCATE, LATE + text("You are in Paris.")]),
     "client_tool_error": (Locator, [LOCATE]),
     "approval_granted": (Guarded, [DELETE, LATE + text("Done.")]),
     "approval_denied": (Guarded, [DELETE, LATE + text("Done.")]),

@@ -522,6 +522,12 @@ class Think:
         """Whether a call of the latest reply waits for a person (an approval) or a client (a client tool)."""
         return self._engine.interactions.pending()
 
+    async def pending_continuation_id(self) -> str | None:
+        """The request id of the auto-continuation that runs now, or that a tool answer armed and will run next
+        (the gateway tells a client that asks for the stream this id before it starts); None when there is none."""
+        await self._engine.ensure_started()
+        return self._engine.interactions.upcoming()
+
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         """Wait until no turn runs or waits and no auto-continuation is armed (it may never be, while a call
         waits for an answer: pass a timeout)."""

@@ -109,6 +109,10 @@ class LocalAgentHandle:
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         await self.agent.wait_until_stable(timeout_s=timeout_s)
 
+    async def pending_continuation_id(self) -> str | None:
+        result: str | None = await self.agent.pending_continuation_id()
+        return result
+
 
 def _run_name(tool_call_id: str) -> str:
     return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")

@@ -1,5 +1,5 @@
 // Records what @cloudflare/think puts on the WebSocket for each scenario, into tests/data/think_wire/.
-// Usage: npm ci && npm run capture   (from scripts/think_wire; needs only the npm registry)
+// Usage: npm ci && npm run capture [-- NAME...]   (from scripts/think_wire; needs only the npm registry)
 import { mkdirSync, writeFileSync } from "node:fs";
 import * as esbuild from "esbuild";
 import { Miniflare } from "miniflare";
@@ -122,6 +122,14 @@ const scenarios = {
       { send: "a", frame: { type: "cf_agent_tool_result", toolCallId: "call_1", toolName: "getLocation",
         output: { city: "Paris" }, autoContinue: true } },
       ...acknowledge, { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
+  // The npm client after addToolOutput: it asks for the continuation with a resume request (reconnectToStream)
+  // while the continuation is still coalescing, hears it is pending, then follows it once it starts.
+  client_tool_resumed: ["locator", "tool-call getLocation {} (a client tool), finish tool-calls; after the result: text 'You are in Paris.'",
+    [...conversation(ask("where am I?", locate)),
+      { send: "a", frame: { type: "cf_agent_tool_result", toolCallId: "call_1", toolName: "getLocation",
+        output: { city: "Paris" }, autoContinue: true } },
+      { send: "a", frame: { type: "cf_agent_stream_resume_request", probeId: "probe-1" } },
+      ...acknowledge, { wait: "a", for: DONE, count: 2 }, { settle: 300 }]],
   client_tool_error: ["locator", "tool-call getLocation {} (a client tool), finish tool-calls",
     [...conversation(ask("where am I?", locate)),
       { send: "a", frame: { type: "cf_agent_tool_result", toolCallId: "call_1", toolName: "getLocation",
@@ -166,7 +174,9 @@ const mf = new Miniflare({
 try {
   const base = (await mf.ready).href;
   mkdirSync(OUT, { recursive: true });
+  const only = process.argv.slice(2); // `npm run capture -- NAME...` records just those scenarios
   for (const [name, [agent, model, actions]] of Object.entries(scenarios)) {
+    if (only.length && !only.includes(name)) continue;
     const sockets = await play(base, agent, name.replaceAll("_", "-"), actions);
     const record = { source: "@cloudflare/think 0.23.0, agents 0.32.0, ai 7.0.173 in workerd (miniflare 4.20260730.0)",
       agent, model: `MockLanguageModelV4: ${model}`, actions, sockets };

@@ -9,8 +9,17 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
 from ray_agents import Survivor
+from test_think_wire import LATE, LOCATE, WIRE, normalised, play
 
+import think_actors as ta
 from think_actors.gateway import Gateway, RayDirectory
+from think_actors.testing import ScriptedModel, text
+
+
+class Locator(ta.Think):
+    """test_think_wire's agent of the client tool recordings, as an actor (its worker imports this module)."""
+
+    model = ScriptedModel([LOCATE, LATE + text("You are in Paris.")])
 
 
 async def test_a_websocket_chat_reaches_the_agent_actor(ray_runtime: Any, unique: str) -> None:
@@ -75,3 +84,17 @@ async def test_think_actors_serve_runs_one_gateway_actor_per_machine(ray_runtime
     finally:
         for actor, _ in gateways:
             await actor.stop.remote()
+
+
+async def test_the_resumed_client_tool_continuation_matches_the_reference_on_ray(ray_runtime: Any) -> None:
+    """tests/test_think_wire.py's recording ``client_tool_resumed`` against agent actors: the answer's message
+    update reaches the socket before its resume request is answered (it comes by the actor's events), the pending
+    frame carries the continuation's id, and the continuation's start chunk is in the replay its ACK asks for."""
+    recording = json.loads((WIRE / "client_tool_resumed.json").read_text())
+    client = TestClient(TestServer(Gateway(RayDirectory([Locator])).app()))
+    await client.start_server()
+    try:
+        ours = await play(client, "/agents/locator/client-tool-resumed", recording["actions"])
+    finally:
+        await client.close()
+    assert normalised(ours["a"], {}) == normalised(recording["sockets"]["a"], {})

@@ -38,6 +38,8 @@ class Interactions:
         self._armed = False
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Task[None] | None = None
+        self._running_id: str | None = None
+        self._next_id: str | None = None  # the request id the armed (or deferred) continuation will run under
         self._deferred = False
         self._changed = asyncio.Event()  # set at every apply, arm, fire and continuation end
         self._early: list[tuple[str, Any, bool]] = []  # answers that arrived before their call was stored
@@ -62,6 +64,7 @@ class Interactions:
             self._timer.cancel()
             self._timer = None
         self._armed = self._deferred = False
+        self._next_id = None
         self._early = []
         await self._store_armed(False)
         self._changed.set()
@@ -142,6 +145,18 @@ class Interactions:
             return False
         return any(isinstance(p, ToolPart) and p.state in WAITING for p in latest.parts)
 
+    def upcoming(self) -> str | None:
+        """The request id of the continuation running now, or else of the one armed or deferred (it is fixed when
+        first asked, so a client told it before the continuation starts sees the same id stream); None when no
+        continuation runs or is armed."""
+        if self._running is not None and not self._running.done():
+            return self._running_id
+        if not (self._armed or self._deferred):
+            return None
+        if self._next_id is None:
+            self._next_id = new_id()
+        return self._next_id
+
     def _arm(self) -> None:
         self._changed.set()
         if self._timer is not None:
@@ -175,14 +190,16 @@ class Interactions:
         if self.pending():
             return  # a sibling's answer is still missing: its arrival re-runs the check
         self._armed = False
-        self._running = asyncio.get_running_loop().create_task(self._continue(), context=contextvars.Context())
+        request_id, self._next_id = self._next_id or new_id(), None
+        self._running_id = request_id
+        task = self._continue(request_id)
+        self._running = asyncio.get_running_loop().create_task(task, context=contextvars.Context())
 
-    async def _continue(self) -> None:
+    async def _continue(self, request_id: str) -> None:
         from .driver import TurnSpec, turn_stream
 
         engine = self.engine
         await self._store_armed(self._armed)  # fired: from here the continuation's own turn record keeps it
-        request_id = new_id()
         spec = TurnSpec(
             request_id=request_id,
             trigger="auto-continuation",

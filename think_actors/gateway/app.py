@@ -176,6 +176,7 @@ class _Room:
         self.newest = 0  # the newest overlapping request's sequence number (latest / merge / debounce)
         self.sequence = 0
         self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
+        self.relayed: dict[str, asyncio.Event] = {}  # tool call id -> set once its message update went out
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None, live: bool = False) -> None:
         """Send to every socket; a stream's ``live`` frames skip the sockets that are to get them by replay."""
@@ -357,7 +358,7 @@ class Gateway:
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
             elif kind == protocol.STREAM_RESUME_REQUEST:
-                await self._resume_request(ws, room, frame.get("probeId"))
+                await self._resume_request(ws, room, agent, frame.get("probeId"))
             elif kind == protocol.STREAM_RESUME_ACK:
                 await self._replay(ws, room, frame.get("id"))
             elif kind == protocol.TOOL_RESULT:
@@ -399,12 +400,24 @@ class Gateway:
         """Apply a tool result or approval. One that no waiting call takes is refused and arms no continuation
         (the reference takes it silently, and its sockets then wait for a continuation that never comes)."""
         undo = self._expect_continuation(ws, room, frame)  # before the answer: the continuation may start at once
-        if not await answer:
-            undo()
-            raise FrameError(
-                f"no tool call {call!r} waits for an answer: the id is unknown, or the call was answered already "
-                "(the first answer wins)"
-            )
+        relayed = room.relayed[call] = asyncio.Event()
+        try:
+            if not await answer:
+                undo()
+                raise FrameError(
+                    f"no tool call {call!r} waits for an answer: the id is unknown, or the call was answered "
+                    "already (the first answer wins)"
+                )
+            if room.active is None and room.in_flight == 0:
+                # As the reference, the answer's cf_agent_message_updated goes out before the socket's next frame
+                # is read (a resume request then hears of the continuation after it). The update comes by the
+                # agent's events, which on Ray may trail the call's return. (An answer to a call still streaming
+                # is applied when the turn stores it: nothing to wait for then.)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(relayed.wait(), FIRST_FRAME_WAIT_S)
+        finally:
+            if room.relayed.get(call) is relayed:
+                del room.relayed[call]
 
     @staticmethod
     def _expect_continuation(ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any]) -> Callable[[], None]:
@@ -429,9 +442,16 @@ class Gateway:
 
         return undo
 
-    async def _resume_request(self, ws: web.WebSocketResponse, room: _Room, probe: Any) -> None:
+    async def _resume_request(self, ws: web.WebSocketResponse, room: _Room, agent: Any, probe: Any) -> None:
         """A client asks for the running stream (reference ``handleResumeRequest``)."""
         probe_ids = {"probeId": probe} if probe else {}
+        upcoming = None
+        if room.active is None and room.expecting and (room.owner is None or room.owner is ws):
+            # The continuation's id, as the reference tells it; None: none is armed (it ran, or the answer that
+            # asked for it matched nothing), so the socket is not told to wait for it.
+            upcoming = await agent.pending_continuation_id()
+            if upcoming is None and room.active is None:
+                room.expecting = False
         active = room.active
         if active is not None:
             if active.continuation and room.owner is not None and room.owner is not ws and room.owner in room.sockets:
@@ -449,7 +469,8 @@ class Gateway:
         elif room.expecting and (room.owner is None or room.owner is ws):
             # The continuation is armed (coalescing): the socket hears RESUMING when it starts.
             room.awaiting[ws] = probe
-            await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING, **probe_ids}))
+            pending = {"type": protocol.STREAM_PENDING, **({"id": upcoming} if upcoming else {}), **probe_ids}
+            await ws.send_str(protocol.dumps(pending))
         elif room.terminal is not None:
             # A tab that was away learns how the last turn failed: its frames, ending in the error.
             await self._offer_resume(ws, room, probe, room.terminal.request_id)
@@ -559,7 +580,7 @@ class Gateway:
         def on_message(event: Any) -> None:
             if event.type == "message:updated":
                 frame = {"type": protocol.MESSAGE_UPDATED, "message": wire_message(event.payload["message"])}
-                self._spawn(room.send(protocol.dumps(frame)))
+                self._spawn(self._relay_update(room, frame))
 
         def on_chat(event: Any) -> None:
             if event.type in ("chat:recovery:detected", "chat:recovery:completed", "chat:recovery:exhausted"):
@@ -577,6 +598,14 @@ class Gateway:
         room.unsubscribe.append(await agent.observe("agents:message", on_message))
         room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
 
+    @staticmethod
+    async def _relay_update(room: _Room, frame: dict[str, Any]) -> None:
+        await room.send(protocol.dumps(frame))
+        for part in frame["message"].get("parts") or ():
+            relayed = room.relayed.get(str(part.get("toolCallId"))) if isinstance(part, dict) else None
+            if relayed is not None:
+                relayed.set()
+
     async def _pump(
         self,
         room: _Room,
@@ -593,19 +622,23 @@ class Gateway:
         As the reference does, the stored transcript goes out before the terminal frame, and terminal frames
         carry the ids of the user messages the request brought (``messageIds``)."""
         stream = room.active = _Stream(request_id, continuation)
-        stream.followers = set(room.sockets)  # they get every frame live, but for the ones told RESUMING below
-        waiting = dict(room.parked)  # sockets waiting for a stream to start
+        waiting = set(room.parked)  # sockets waiting for a stream to start
         room.parked.clear()
         if continuation:
             room.expecting = False
             waiting.update(room.awaiting)  # and the ones whose answer asked for this continuation
             room.awaiting.clear()
-        for ws, probe in waiting.items():
-            if not ws.closed:
-                await self._offer_resume(ws, room, probe)
+        stream.followers = room.sockets - waiting  # they get every frame live
 
         async def send(frame: dict[str, Any]) -> None:
             stream.frames.append(frame)
+            if waiting:
+                # Told RESUMING once the stream has its first frame, so their ACK replays it (reference: its stream
+                # starts with its start chunk stored). As the reference, without the probe id they were told
+                # PENDING with: this is the stream starting, not an answer.
+                for ws in [ws for ws in waiting if not ws.closed and ws not in room.resuming]:
+                    await self._offer_resume(ws, room, None)
+                waiting.clear()
             await room.send(protocol.dumps(frame), live=True)
             if started is not None:
                 started.set()

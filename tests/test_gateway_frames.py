@@ -381,3 +381,21 @@ async def test_the_pending_continuation_id_is_the_id_the_continuation_runs_under
     await agent.wait_until_stable(timeout_s=WAIT_S)
     assert started == [upcoming]
     assert await agent.pending_continuation_id() is None
+
+
+async def test_an_answer_taken_mid_stream_that_matches_no_call_leaves_no_socket_waiting(gateway: Any) -> None:
+    # While a turn streams, an answer may be for a call of the reply not stored yet: the agent takes it, and
+    # applies it once the turn has stored the reply. One that then matches no call arms nothing, and a resume
+    # request after the turn hears the agent is idle, not that a continuation is on its way.
+    model = GatedModel(["s00"], ["s01"])
+    client = await gateway(model=model)
+    ws = await client.ws_connect("/agents/helper/ghost")
+    await greeting(ws)
+    await ws.send_str(chat("r", [user()]))
+    await until(ws, lambda f: f.get("body") and '"s00"' in f["body"])
+    await ws.send_str(tool_result("ghost", autoContinue=True))
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "during"}))
+    assert (await until(ws, lambda f: f.get("probeId") == "during"))[-1]["type"] == "cf_agent_stream_resuming"
+    model.gate.set()
+    await until(ws, done("r"))
+    assert await idle(ws, "after") == []

@@ -965,7 +965,8 @@ async def test_a_submission_turn_stores_its_reply_before_its_final_status() -> N
         "update_submission",  # messages applied
         # The reply's chunks never needed a batch of their own: the stored reply holds them all.
         "upsert_message",
-        "update_submission",  # completed
+        "put_turn",  # the record marked finished with the outcome, for a crash during the response hook
+        "update_submission",  # completed, after the response hook
         "end_turn",
         "update_submission",  # the drain's closing no-op (the row is no longer running)
     ]

@@ -533,11 +533,17 @@ class Think:
         waits for an answer: pass a timeout)."""
         await self._engine.interactions.wait_until_stable(timeout_s)
 
-    async def attach(self, request_id: str) -> AsyncIterator[Any]:
-        """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn: the
-        chunks it streamed so far, then the rest. Raises TurnError for an id with no recovered turn."""
+    async def attach(self, request_id: str, *, position: int | None = None) -> AsyncIterator[Any]:
+        """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn (or a
+        submission's or an auto-continuation's turn). Raises TurnError for an id with no such turn.
+
+        Without ``position``: the chunks the turn streamed since this process followed it, then the rest. With
+        ``position``, the units of the turn's stream the caller already holds (``RemoteStream.position`` counts
+        them; ``think_actors._turn.journal.units`` is the measure: a delta's characters, one for every other chunk
+        the log replays): every chunk after it, once, the part of the log written before a crash included.
+        """
         await self._engine.ensure_started()
-        async for chunk in self._engine.recovery.attach(request_id):
+        async for chunk in self._engine.recovery.attach(request_id, position):
             yield chunk
 
     def get_messages(self) -> list[UIMessage]:

@@ -83,8 +83,8 @@ class LocalAgentHandle:
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Any:
         return await self.agent.wait_for_submission(submission_id, timeout_s=timeout_s)
 
-    def attach(self, request_id: str) -> AsyncIterator[Any]:
-        result: AsyncIterator[Any] = self.agent.attach(request_id)
+    def attach(self, request_id: str, *, position: int | None = None) -> AsyncIterator[Any]:
+        result: AsyncIterator[Any] = self.agent.attach(request_id, position=position)
         return result
 
     async def set_client_tools(self, client_tools: Any) -> None:

@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from . import registry
 from ._turn import chain
+from ._turn.journal import units
 from .agent import Think, kebab_case
 from .batching import _batches, _is_last, _unpack
 from .errors import (
@@ -332,7 +333,9 @@ class RemoteStream:
     """Chunks of a streamed remote call, unbatched. Closing it early cancels the remote turn.
 
     When the actor dies during a turn, the error says so and names the turn: the restarted actor resumes it,
-    and ``handle.attach(request_id)`` follows the resumed turn.
+    and ``resume()`` follows the resumed turn from ``position``, the units (``journal.units``) of the turn's
+    stream this caller received: every chunk of the reply reaches it once. A chunk reaches the caller only once
+    the agent's log holds it, so what the caller saw is what the recovery continues from.
     """
 
     def __init__(
@@ -343,8 +346,10 @@ class RemoteStream:
         resumable: bool = False,
         handle: AgentHandle | None = None,
         restart: Callable[[], Any] | None = None,
+        position: int | None = None,
     ):
         self.request_id = request_id
+        self.position = position  # None: this stream does not know where in its turn's stream it began
         self._resumable = resumable
         self._generator = generator
         self._items: AsyncIterator[Any] | None = None
@@ -385,7 +390,8 @@ class RemoteStream:
                 if self._resumable and isinstance(error, AgentUnavailableError):
                     raise AgentUnavailableError(
                         f"the agent actor died during turn {self.request_id!r}; it restarts and resumes the turn "
-                        f"from its store: follow it with handle.attach({self.request_id!r}) ({err})",
+                        f"from its store: follow it with stream.resume(), which is "
+                        f"handle.attach({self.request_id!r}, position={self.position}) ({err})",
                         request_id=self.request_id,
                         retryable=True,
                     ) from None
@@ -394,8 +400,22 @@ class RemoteStream:
             if _is_last(data):
                 # The remote generator has returned: end here rather than wait for Ray's end-of-stream message.
                 self._done = True
+            if self.position is None:
+                for item in _unpack(data):
+                    yield item
+                continue
             for item in _unpack(data):
+                self.position += units(item)
                 yield item
+
+    def resume(self) -> RemoteStream:
+        """The rest of this stream's turn after an interruption, from ``position``: ``handle.attach(request_id,
+        position=...)``. Resume the stream it returns in turn if that is interrupted too."""
+        if self._handle is None or self.request_id is None or self.position is None:
+            raise ConfigurationError(
+                "only a chat() stream, or an attach() stream given a position, knows where to resume from"
+            )
+        return self._handle.attach(self.request_id, position=self.position)
 
     async def aclose(self) -> None:
         if not self._done:
@@ -507,16 +527,19 @@ class AgentHandle:
         def start() -> Any:
             return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain)
 
-        return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start)
+        return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
 
-    def attach(self, request_id: str) -> RemoteStream:
-        """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest."""
+    def attach(self, request_id: str, *, position: int | None = None) -> RemoteStream:
+        """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest;
+        with ``position`` (what ``RemoteStream.position`` counted) only what the caller does not hold yet."""
         caller_chain = chain.CHAIN.get()
 
         def start() -> Any:
-            return self._actor.attach.options(num_returns="streaming").remote(request_id, caller_chain)
+            return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain)
 
-        return RemoteStream(self._started(start), request_id, handle=self, restart=start)
+        return RemoteStream(
+            self._started(start), request_id, resumable=True, handle=self, restart=start, position=position
+        )
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
         caller_chain = chain.CHAIN.get()
@@ -812,7 +835,9 @@ class AgentHost:
         self._enter(caller_chain)
         await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
+        durable = self.agent._engine.durable
         async for batch in _batches(stream.__aiter__(), self.config):
+            await durable()  # what leaves the process is in the log first: a crash loses nothing the caller saw
             yield batch
 
     @_counted
@@ -824,9 +849,13 @@ class AgentHost:
             yield batch
 
     @_counted
-    async def attach(self, request_id: str, caller_chain: tuple[str, ...]) -> AsyncIterator[bytes]:
+    async def attach(
+        self, request_id: str, position: int | None, caller_chain: tuple[str, ...]
+    ) -> AsyncIterator[bytes]:
         self._enter(caller_chain)
-        async for batch in _batches(self.agent.attach(request_id), self.config):
+        durable = self.agent._engine.durable
+        async for batch in _batches(self.agent.attach(request_id, position=position), self.config):
+            await durable()
             yield batch
 
     @_counted

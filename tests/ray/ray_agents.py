@@ -355,11 +355,13 @@ class CrashControl:
     """Says once, for the configured crash point, that the agent must die there; counts tool side effects and
     records which calls went through reconcile_tool_call (all of it outlives the agent's restarts)."""
 
-    def __init__(self, point: str | list[str] | None) -> None:
+    def __init__(self, point: str | list[str] | None, *, held: bool = False) -> None:
         self.points = [point] if isinstance(point, str) else list(point or [])
         self.hits: dict[str, int] = {}
         self.effects: dict[str, int] = {}
         self.reconciled: list[str] = []
+        self.held = held  # the crash waits for release(): a test lets it happen once its caller saw enough
+        self._released: asyncio.Event | None = None
 
     @property
     def point(self) -> str | None:
@@ -370,8 +372,19 @@ class CrashControl:
         self.hits[point] = self.hits.get(point, 0) + 1
         if self.points and point == self.points[0]:
             self.points.pop(0)
+            if self.held:
+                await self._gate().wait()
             return True
         return False
+
+    def _gate(self) -> asyncio.Event:
+        if self._released is None:
+            self._released = asyncio.Event()
+        return self._released
+
+    async def release(self) -> None:
+        """Let a held crash happen."""
+        self._gate().set()
 
     async def effect(self, call: str) -> int:
         self.effects[call] = self.effects.get(call, 0) + 1

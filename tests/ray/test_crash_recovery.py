@@ -147,7 +147,7 @@ async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_
             seen.append(chunk)
     assert info.value.request_id == stream.request_id
     assert info.value.retryable is True
-    assert f"handle.attach({stream.request_id!r})" in info.value.message
+    assert f"stream.resume(), which is handle.attach({stream.request_id!r}, position=" in info.value.message
 
     resumed: list[Any] = []
     deadline = time.monotonic() + 60
@@ -162,6 +162,46 @@ async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_
     messages = await through_restarts(agent.get_messages)
     assert [m.text for m in messages if m.role == "user"] == ["pay 42 and note it"]
     assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)
+
+
+@pytest.mark.timeout(120)
+async def test_a_caller_cut_off_mid_reply_resumes_and_gets_every_chunk_once(ray_runtime: Any, unique: str) -> None:
+    # The actor dies in the middle of the last step's text: what the caller had received is in the log (nothing
+    # leaves the actor before), so the recovery continues from it, and resume() brings exactly the rest.
+    control_name = f"crash-control/{unique}"
+    control = CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(
+        "on_chunk:text", held=True
+    )
+    agent = await ta.spawn(CrashAgent, unique, control=control_name, namespace=ray_runtime.namespace)
+    stream = agent.chat("pay 42 and note it")
+    received: list[Any] = []
+    with pytest.raises(ta.AgentUnavailableError):
+        async for chunk in stream:
+            received.append(chunk)
+            if chunk.type == "text-delta" and chunk.delta == "done: ":
+                await control.release.remote()  # the caller holds "All done: ": now the actor dies
+    assert "".join(c.delta for c in received if c.type == "text-delta") == "All done: "
+
+    follow = stream
+    deadline = time.monotonic() + 60
+    while True:
+        resumed = follow.resume()
+        try:
+            async for chunk in resumed:
+                received.append(chunk)
+            break
+        except (ta.AgentUnavailableError, ta.TurnError):
+            assert time.monotonic() < deadline, "the turn was not resumed within 60 s"
+            follow = resumed  # its position counts what it delivered before it failed
+            await asyncio.sleep(0.2)  # the actor is still restarting
+
+    assert received[-1].type == "finish"
+    messages = await through_restarts(agent.get_messages)
+    reply = "".join(m.text for m in messages if m.role == "assistant")
+    assert "".join(c.delta for c in received if c.type == "text-delta") == reply
+    assert reply.endswith("All done: charged 42.")
+    results = [c.tool_call_id for c in received if c.type in ("tool-output-available", "tool-output-error")]
+    assert sorted(results) == sorted(CALLS)  # each call's result once
 
 
 @pytest.mark.timeout(120)

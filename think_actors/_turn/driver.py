@@ -394,6 +394,7 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         submission_id=spec.submission_id,
         data={"body": spec.body} if spec.body else {},
     )
+    engine.journal = journal
     try:
         try:
             # The record goes in with the input: a crash after this point leaves a turn recovery can finish.
@@ -425,6 +426,8 @@ async def finish(spec: TurnSpec, journal: TurnJournal) -> None:
     in between leaves a finished turn for the restart to settle (``Recovery.start``), never one to run again.
     """
     engine = journal.engine
+    if engine.journal is journal:
+        engine.journal = None
     if journal.reply is not None:
         if engine.queue.generation != spec.generation:
             journal.reply = None  # the conversation was cleared under the turn: it writes nothing
@@ -466,7 +469,7 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
     outcome = spec.outcome
     attempt = 0
     started = True
-    message_id = journal.record.message_id or new_id()
+    message_id = journal.message_id or new_id()
     if spec.continuation:
         # Calls a person approved run first, through the hooks; their results settle the earlier message.
         from .interactions import approved_calls
@@ -485,6 +488,8 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
             started = False
             async with aclosing(run_pending(engine, run, holder, approved)) as running:
                 async for chunk in running:
+                    if journal.add(chunk):  # the stream's chunks are logged before anyone sees them
+                        await journal.flush()
                     yield chunk
     while True:
         try:

@@ -79,6 +79,7 @@ class Engine:
         self._recovery: Recovery | None = None
         self._interactions: Interactions | None = None
         self._start_lock = asyncio.Lock()
+        self.journal: Any = None  # the TurnJournal of the turn holding the slot, if it keeps one (``durable``)
 
     @property
     def submissions(self) -> Submissions:
@@ -326,6 +327,17 @@ class Engine:
             log.exception("classify_chat_error raised; treating the error as unclassified")
             return None
         return verdict if isinstance(verdict, str) else None
+
+    async def durable(self) -> None:
+        """Write what the running turn's log still buffers: every chunk the turn has streamed is then in the store.
+
+        The actor boundary calls this before a batch of chunks leaves the process, so a caller there never holds
+        a chunk that recovery would not know of after a crash (reference §3.7 flushes in batches and accepts the
+        gap; a caller of ours that re-attaches at its position gets every chunk once).
+        """
+        journal = self.journal
+        if journal is not None and journal.pending:
+            await journal.flush()
 
     async def fire_response(self, result: ChatResponseResult) -> None:
         """Run ``on_chat_response`` unless this context is already inside this agent's response hook."""

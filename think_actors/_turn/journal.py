@@ -11,15 +11,24 @@ reference flushes tool outputs at once and the rest every 10 chunks; a batch her
 and at a provider's pace (tens of chunks a second) the time bound is the one that applies. Every tool call records
 ``started`` before it runs and ``finished`` after, so recovery can replay a finished call's result and knows which
 calls are in doubt.
+
+The log is the turn's whole stream, kept across its attempts: a context-overflow retry and a recovery's
+continuation do not empty it but start a new segment (a ``start`` entry naming the segment's message), and only the
+last segment is the reply still being built. So a caller can count what it received (``units``: a delta's
+characters, one for every other chunk the log holds) and re-attach after it (``replay``), and nothing reaches it
+twice. A caller on the other side of an actor boundary only receives what the log already holds (``durable``
+before each batch leaves): what it saw is what recovery continues from.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..chunks import parse_chunk
 from ..messages import UIMessage
 from ..store import Store
 from ..store.records import EffectRecord, TurnRecord
@@ -31,6 +40,62 @@ _FLUSH_NOW = frozenset({"tool-input-error", "tool-output-available", "tool-outpu
 FLUSH_EVERY = 128  # chunks go in batches of this many (every delta counts, merged or not) ...
 FLUSH_AFTER_S = 0.05  # ... or of what arrived within this long
 _DELTAS = frozenset({"text-delta", "reasoning-delta"})
+# Chunks of the stream the log never replays: a stream's start (the log's ``start`` entries are its segment marks),
+# its end by abort or error, a child agent's events and transient data (none of them is part of the reply).
+_NOT_REPLAYED = frozenset({"start", "abort", "error", "agent-tool-event"})
+
+
+def units(chunk: Any) -> int:
+    """How far ``chunk`` moves a caller's position in a turn's stream: a text or reasoning delta by its characters,
+    a chunk the log never replays by nothing, every other chunk by one."""
+    kind = chunk.type
+    if kind in _DELTAS:
+        return len(chunk.delta)
+    if kind in _NOT_REPLAYED or (kind.startswith("data-") and chunk.transient):
+        return 0
+    return 1
+
+
+def replay(chunks: Sequence[Any], position: int) -> list[Any]:
+    """What of ``chunks`` (a turn's logged stream, parsed) lies after ``position``; a delta the position cuts gives
+    its rest. Chunks without units are left out."""
+    out: list[Any] = []
+    seen = 0
+    for chunk in chunks:
+        size = units(chunk)
+        if not size:
+            continue
+        if seen + size > position:
+            if seen < position:  # a delta the caller holds the beginning of
+                chunk = delta_from(chunk, position - seen)
+            out.append(chunk)
+        seen += size
+    return out
+
+
+def delta_from(chunk: Any, start: int) -> Any:
+    """A text or reasoning delta without its first ``start`` characters."""
+    return type(chunk)(id=chunk.id, delta=chunk.delta[start:])
+
+
+def parse_log(entries: Sequence[dict[str, Any]]) -> list[Any]:
+    """The chunks of a log (an entry this version cannot read is left out, so the rest still rebuilds)."""
+    chunks = []
+    for entry in entries:
+        try:
+            chunks.append(parse_chunk(entry))
+        except Exception:
+            continue
+    return chunks
+
+
+def last_segment(chunks: Sequence[Any], first_message_id: str | None) -> tuple[str | None, list[Any]]:
+    """The message id and the chunks of the log's last segment: after its last ``start`` entry, or the whole log
+    (the turn's first attempt, building ``first_message_id``)."""
+    for i in range(len(chunks) - 1, -1, -1):
+        if chunks[i].type == "start":
+            return chunks[i].message_id, list(chunks[i + 1 :])
+    return first_message_id, list(chunks)
 
 
 def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
@@ -40,7 +105,20 @@ def effect_key(path: str, request_id: str, tool_call_id: str) -> str:
 class TurnJournal:
     """One turn's record and chunk log. ``None``-safe to use: a turn without a journal skips all of it."""
 
-    __slots__ = ("_buffer", "_count", "_logged", "_run", "_since", "engine", "record", "reply", "resume", "run_text")
+    __slots__ = (
+        "_buffer",
+        "_count",
+        "_logged",
+        "_run",
+        "_since",
+        "engine",
+        "message_id",
+        "record",
+        "reply",
+        "resume",
+        "run_text",
+        "writing",
+    )
 
     def __init__(self, engine: Engine, record: TurnRecord) -> None:
         self.engine = engine
@@ -55,6 +133,10 @@ class TurnJournal:
         self._count = 0  # chunks since the last flush (merged deltas count one each)
         self._since = 0.0
         self._logged: list[Any] = []  # chunks ``take`` logged before they reached ``add``, in stream order
+        self.message_id = record.message_id  # the message the log's last segment builds
+        # Held by every write of the log: a flush from the actor boundary (``Engine.durable``) and the turn's own
+        # writes go in the order their chunks were taken, and none lands after the record's removal.
+        self.writing = asyncio.Lock()
 
     @classmethod
     def new(
@@ -159,28 +241,41 @@ class TurnJournal:
         self._count = 0
         return batch
 
+    @property
+    def pending(self) -> bool:
+        """Whether chunks wait in the buffer for a write."""
+        return bool(self._buffer)
+
     async def flush(self) -> None:
-        batch = self._take_buffer()
-        if batch:
-            await self.engine.store.append_chunks(self.record.request_id, batch)
+        async with self.writing:
+            batch = self._take_buffer()
+            if batch:
+                await self.engine.store.append_chunks(self.record.request_id, batch)
 
     def take(self, emitted: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Empty the buffer for a write that carries the log (a tool call's effect starting or finishing), with
         ``emitted`` (chunks of the stream that have not reached ``add`` yet, in order) logged after it: one write
-        instead of two, and ``add`` skips those chunks when they come."""
+        instead of two, and ``add`` skips those chunks when they come. The caller holds ``writing`` until that
+        write is done."""
         for chunk in emitted:
             self.add(chunk)
         self._logged.extend(emitted)
         return self._take_buffer()
 
     async def restart(self, message_id: str) -> None:
-        """A new attempt of the same turn (context-overflow retry): the failed attempt's log is discarded."""
-        self._take_buffer()
-        self._logged = []
-        await self.engine.store.delete_turn(self.record.request_id)
-        self.record.message_id = message_id
+        """A new segment of the turn's stream, building ``message_id``: a context-overflow retry (the failed attempt
+        discarded) or a recovery's continuation (the partial reply stored). The record (as the caller changed it)
+        goes first: a crash before the segment's mark leaves the previous segment, whose message is stored or
+        discarded already, to be recovered again."""
         self.record.updated_at = time.time()
-        await self.engine.store.put_turn(self.record)
+        store = self.engine.store
+        await store.put_turn(self.record)
+        async with self.writing:
+            batch = self._take_buffer()
+            self._logged = []
+            batch.append({"type": "start", "message_id": message_id})
+            await store.append_chunks(self.record.request_id, batch)
+        self.message_id = message_id
 
     async def persist_reply(self) -> None:
         """Write the held reply now (something that depends on it comes before the record's removal)."""
@@ -190,17 +285,18 @@ class TurnJournal:
 
     async def end(self) -> None:
         """The turn ended (whatever its status): nothing is left to recover. A held reply goes in the same write."""
-        self._take_buffer()
-        self._logged = []
         reply, self.reply = self.reply, None
         engine = self.engine
         store = engine.store
         end = getattr(store, "end_turn", None)
-        await (
-            end(self.record.request_id, reply)
-            if end is not None
-            else Store.end_turn(store, self.record.request_id, reply)
-        )
+        async with self.writing:
+            self._take_buffer()
+            self._logged = []
+            await (
+                end(self.record.request_id, reply)
+                if end is not None
+                else Store.end_turn(store, self.record.request_id, reply)
+            )
         if reply is not None:
             engine.remember(reply)
 
@@ -228,8 +324,11 @@ async def effect_started(
         started_at=time.time(),
         input=input,
     )
-    chunks = journal.take() if journal is not None else ()
-    stored = await _carrying(engine.store, "start_effect", request_id, chunks, True, record)
+    if journal is None:
+        stored = await engine.store.start_effect(record)
+    else:
+        async with journal.writing:
+            stored = await _carrying(engine.store, "start_effect", request_id, journal.take(), True, record)
     return key, (stored if stored.status == "finished" else None)
 
 
@@ -247,8 +346,12 @@ async def effect_finished(
     With ``journal`` (as for ``effect_started``) the turn's buffered chunks and ``emitted`` (the call's chunks not
     yet logged, its result's last) go in the same write.
     """
-    chunks = journal.take(emitted) if journal is not None else ()
-    await _carrying(engine.store, "finish_effect", request_id, chunks, False, key, output=output, error=error)
+    if journal is None:
+        await engine.store.finish_effect(key, output=output, error=error)
+        return
+    async with journal.writing:
+        chunks = journal.take(emitted)
+        await _carrying(engine.store, "finish_effect", request_id, chunks, False, key, output=output, error=error)
 
 
 async def _carrying(

@@ -19,7 +19,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..chunks import ErrorChunk, MessageAccumulator, parse_chunk
+from ..chunks import ErrorChunk, MessageAccumulator
 from ..errors import TurnError
 from ..hooks import (
     ChatErrorContext,
@@ -35,7 +35,7 @@ from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, T
 from ..store.records import TurnRecord
 from ..tools import _jsonable
 from .engine import Engine
-from .journal import TurnJournal, effect_key
+from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
 from .pending import run_pending, settle_part, settled
 
 log = logging.getLogger("think_actors")
@@ -54,6 +54,10 @@ class LiveTurn:
 
     chunks: list[Any] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # The log of the turn when this process began to follow it (what the stream carried before ``chunks``, as
+    # the restart found it), None until the recovery turn has read it; ``base`` is its units (journal.units).
+    replay: list[Any] | None = None
+    base: int = 0
     done: bool = False
     status: str | None = None
     attempts: int = 0  # recovery turns scheduled and not yet ended (a stalled one schedules the next)
@@ -94,7 +98,7 @@ class Recovery:
     def follow(self, request_id: str) -> LiveTurn:
         """Keep the chunks of a background turn (an auto-continuation, a submission) so callers can attach."""
         self._prune()
-        live = self.live[request_id] = LiveTurn()
+        live = self.live[request_id] = LiveTurn(replay=[])  # followed from its first chunk
         live.attempts = 1
         return live
 
@@ -148,19 +152,41 @@ class Recovery:
         if record.submission_id is not None:
             engine.submissions.wake()  # the drain goes on with what was accepted after it
 
-    async def attach(self, request_id: str) -> AsyncIterator[Any]:
-        """The chunks of a recovered turn: what it streamed so far, then the rest as it comes."""
+    async def attach(self, request_id: str, position: int | None = None) -> AsyncIterator[Any]:
+        """The chunks of a turn this process follows (a recovered turn, a submission, an auto-continuation).
+
+        Without ``position``: what it streamed since this process began to follow it, then the rest as it comes.
+        With ``position`` (the units, ``journal.units``, of the turn's stream a caller already holds): everything
+        after that, the part of the log written before this process followed it included, so a caller that
+        re-attaches with what it counted gets every chunk of the reply once.
+        """
         live = self.live.get(request_id)
         if live is None:
             raise TurnError(
                 f"no recovered turn {request_id!r} to attach to: it finished long ago or was never interrupted",
                 request_id=request_id,
             )
+        seen = 0
+        if position is not None:
+            while live.replay is None and not live.done:  # the recovery turn has not read the log yet
+                live.changed.clear()
+                await live.changed.wait()
+            for chunk in replay(live.replay or (), position):
+                yield chunk
+            seen = live.base
         sent = 0
         while True:
             while sent < len(live.chunks):
-                yield live.chunks[sent]
+                chunk = live.chunks[sent]
                 sent += 1
+                if position is not None and seen < position:
+                    size = units(chunk)
+                    seen += size
+                    if seen <= position:
+                        continue  # the caller has it
+                    if size and seen - size < position:  # a delta the caller holds the beginning of
+                        chunk = delta_from(chunk, size - (seen - position))
+                yield chunk
             if live.done:
                 return
             live.changed.clear()
@@ -181,9 +207,16 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
     outcome = spec.outcome
     now = time.time()
 
-    chunks = await store.load_chunks(record.request_id)
+    logged = parse_log(await store.load_chunks(record.request_id))
+    live = recovery.live.get(record.request_id)
+    if live is not None and live.replay is None:  # what callers that re-attach at a position get first
+        live.replay = logged
+        live.base = sum(units(c) for c in logged)
+        live.changed.set()
+    # Only the last segment is a reply still to build: an earlier one's message is stored (or was discarded).
+    message_id, chunks = last_segment(logged, record.message_id)
     # Progress is content: a stream that opened and went silent again did not get further.
-    content = sum(1 for c in chunks if c.get("type") not in _NOT_PROGRESS)
+    content = sum(1 for c in chunks if c.type not in _NOT_PROGRESS)
     progressed = content > record.progress
     if progressed:
         record.data["progress_at"] = now
@@ -194,22 +227,22 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
     record.updated_at = now
     await store.put_turn(record)  # counted before any work: a crash loop spends the budget too
     journal = TurnJournal(engine, record)
+    journal.message_id = message_id
+    engine.journal = journal
 
-    acc = MessageAccumulator(record.message_id or new_id(), continuation=record.continuation)
-    for data in chunks:
+    acc = MessageAccumulator(message_id or new_id(), continuation=record.continuation)
+    for chunk in chunks:
         try:
-            acc.apply(parse_chunk(data))
-        except Exception:  # a chunk this version cannot read: the rest still rebuilds
-            log.warning("recovery of %s skipped an unreadable chunk", record.request_id)
+            acc.apply(chunk)
+        except Exception:  # a chunk that does not fit the message: the rest still rebuilds
+            log.warning("recovery of %s skipped a chunk it could not apply", record.request_id)
     # The stream that built it ended with the crash: its text and reasoning are as done as they will ever be.
     partial = _finished_parts(acc.message()) if acc.has_content else None
     # A continuation that was itself interrupted before saying anything continues the reply stored before it.
     resumes_stored = record.continuation and bool(engine.messages) and engine.messages[-1].role == "assistant"
     kind = "continue" if partial is not None or resumes_stored else "retry"
     # The stream had ended and its reply was stored: the crash came after the turn's work, nothing to resume.
-    finished = (
-        bool(chunks) and chunks[-1].get("type") == "finish" and any(m.id == acc.message_id for m in engine.messages)
-    )
+    finished = bool(chunks) and chunks[-1].type == "finish" and any(m.id == acc.message_id for m in engine.messages)
     events = {
         "requestId": record.request_id,
         "attempt": record.attempts,
@@ -274,11 +307,13 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             run = await prepare(engine, spec)
             async with aclosing(run_pending(engine, run, partial, reruns)) as running:
                 async for chunk in running:
+                    if journal.add(chunk):  # logged before anyone sees it, in the partial's segment
+                        await journal.flush()
                     yield chunk
 
         spec.continuation = kind == "continue"
-        # The partial is stored as a message now: the continuation's log starts empty, and any chunk it logs
-        # counts as progress for the budget.
+        # The partial is stored as a message now: the continuation starts a new segment of the log, and any chunk
+        # it logs counts as progress for the budget.
         record.progress = 0
         record.continuation = spec.continuation
         await journal.restart(new_id())

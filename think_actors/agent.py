@@ -579,6 +579,7 @@ class Think:
         if engine.session is not None:
             await engine.session.clear()
         engine.messages = []
+        engine.publish("message:clear", {})  # the gateway tells the agent's sockets, whoever cleared (reference)
 
     async def wait_idle(self) -> None:
         """Wait until no turn runs or waits."""
@@ -604,8 +605,10 @@ class Think:
 
         Events: ``chat:turn:start`` / ``chat:turn:finish`` (status, durationMs, steps, usage, costUsd, toolCalls,
         firstChunkMs), ``chat:request:failed`` (stage, messagesPersisted, error), ``chat:context:compacted``,
-        ``chat:transcript:repaired``, ``message:error``. Callbacks run in the agent's event loop; an async callback
-        is scheduled as a task; one that raises is logged.
+        ``chat:transcript:repaired``, ``message:error``, ``message:clear``, and on ``"agents:stream"``
+        ``stream:start`` (requestId, trigger: a ``chat()`` or ``save_messages()`` turn, whose chunks
+        ``attach(requestId)`` gives while that channel has a subscriber). Callbacks run in the agent's event
+        loop; an async callback is scheduled as a task; one that raises is logged.
         """
         return self._engine.observers.subscribe(channel, callback)
 

@@ -6,7 +6,11 @@ type, as in the reference::
     chat:transcript:*                      -> agents:transcript   (repairs of the transcript)
     chat:*                                 -> agents:chat         (turn start/finish, chat:request:failed,
                                                                    chat:context:compacted, ...)
-    message:* | tool:* | submission:*      -> agents:message      (message:error for in-band stream errors)
+    message:* | tool:* | submission:*      -> agents:message      (message:error for in-band stream errors,
+                                                                   message:clear after clear())
+    stream:*                               -> agents:stream       (stream:start: a turn nothing else follows,
+                                                                   attachable; chunks are kept only while
+                                                                   this channel has a subscriber)
 
 Subscribe in process with ``agent.observe("agents:chat", callback)`` (``"chat"`` works too) or on Ray through
 the agent's handle (``await handle.observe(...)``); both return a function that unsubscribes. Publishing with no
@@ -29,7 +33,7 @@ __all__ = ["CHANNELS", "Event", "Observers", "channel_of"]
 
 log = logging.getLogger("think_actors")
 
-CHANNELS = ("agents:chat", "agents:message", "agents:transcript")
+CHANNELS = ("agents:chat", "agents:message", "agents:transcript", "agents:stream")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +59,8 @@ def channel_of(event_type: str) -> str:
         return "agents:transcript"
     if event_type.startswith("chat:"):
         return "agents:chat"
+    if event_type.startswith("stream:"):
+        return "agents:stream"
     return "agents:message"
 
 
@@ -91,6 +97,10 @@ class Observers:
                 subscribers.remove(callback)
 
         return unsubscribe
+
+    def subscribed(self, channel: str) -> bool:
+        """Whether ``channel`` (a full name, ``"agents:stream"``) has a subscriber now."""
+        return bool(self._subscribers.get(channel))
 
     def publish(self, event_type: str, payload: dict[str, Any]) -> None:
         subscribers = self._subscribers.get(channel_of(event_type))

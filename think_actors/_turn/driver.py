@@ -51,6 +51,7 @@ from .engine import Engine
 from .journal import TurnJournal
 from .loop import run_steps
 from .overflow import compact
+from .relay import relayed
 from .run import TurnRun, TurnStats
 
 log = logging.getLogger("think_actors")
@@ -294,7 +295,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                     },
                 )
                 # Closing here (not at garbage collection) finalizes the turn inside its slot.
-                async with aclosing(_turn_body(engine, spec)) as body:
+                async with aclosing(relayed(engine, spec, _turn_body(engine, spec))) as body:
                     async for chunk in body:
                         yield chunk
                 if outcome.message is not None:

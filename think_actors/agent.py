@@ -538,9 +538,9 @@ class Think:
         submission's or an auto-continuation's turn). Raises TurnError for an id with no such turn.
 
         Without ``position``: the chunks the turn streamed since this process followed it, then the rest. With
-        ``position``, the units of the turn's stream the caller already holds (``RemoteStream.position`` counts
-        them; ``think_actors._turn.journal.units`` is the measure: a delta's characters, one for every other chunk
-        the log replays): every chunk after it, once, the part of the log written before a crash included.
+        ``position``, how much of the turn's stream the caller already holds (a delta counts its characters, every
+        other chunk the log keeps one; ``RemoteStream.position`` counts it): every chunk after it, once, the part
+        of the log written before a crash included.
         """
         await self._engine.ensure_started()
         async for chunk in self._engine.recovery.attach(request_id, position):

@@ -537,8 +537,9 @@ class AgentHandle:
         def start() -> Any:
             return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain)
 
+        resumable = position is not None  # only a stream that knows its position can say how to resume it
         return RemoteStream(
-            self._started(start), request_id, resumable=True, handle=self, restart=start, position=position
+            self._started(start), request_id, resumable=resumable, handle=self, restart=start, position=position
         )
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:

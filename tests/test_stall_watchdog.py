@@ -125,8 +125,15 @@ async def test_a_stalled_submission_is_completed_by_its_resumed_turn() -> None:
     model = ScriptedModel([step(text("partial "), delay(5), text("never")), text("and the rest")])
     agent = Watched(model=model, store=ta.MemoryStore())
 
+    started = asyncio.Event()
+    agent.observe("agents:chat", lambda e: started.set() if e.type == "chat:turn:start" else None)
     sub = await agent.submit_messages("nightly job")
+    await asyncio.wait_for(started.wait(), WAIT_S)
+    # A follower (a gateway's socket) attached from the turn's start follows it through the resumption.
+    followed = [c async for c in agent.attach(sub.request_id)]
     final = await agent.wait_for_submission(sub.submission_id, timeout_s=WAIT_S)
 
     assert (final.status, final.error) == ("completed", None)
     assert texts(agent) == [("user", "nightly job"), ("assistant", "partial "), ("assistant", "and the rest")]
+    assert "".join(c.delta for c in followed if c.type == "text-delta") == "partial and the rest"
+    assert followed[-1].type == "finish"

@@ -215,9 +215,7 @@ class Interactions:
         except Exception:
             log.exception("auto-continuation %s failed", request_id)
         finally:
-            live.done = True
-            live.status = spec.outcome.status
-            live.changed.set()
+            live.end(spec.outcome.status)
         if self._deferred:
             self._deferred = False
             self._armed = True

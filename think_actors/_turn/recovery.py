@@ -60,7 +60,15 @@ class LiveTurn:
     base: int = 0
     done: bool = False
     status: str | None = None
-    attempts: int = 0  # recovery turns scheduled and not yet ended (a stalled one schedules the next)
+    attempts: int = 0  # runs of the turn started and not yet ended (a stalled one schedules the next)
+
+    def end(self, status: str | None) -> None:
+        """One run of the turn ended; the turn is done when no run of it is left (a stalled one scheduled its
+        recovery, which carries on the same stream)."""
+        self.attempts -= 1
+        self.status = status
+        self.done = self.attempts <= 0
+        self.changed.set()
 
 
 class Recovery:
@@ -144,10 +152,7 @@ class Recovery:
         except Exception:
             log.exception("recovery of turn %s failed", record.request_id)
         finally:
-            live.attempts -= 1
-            live.status = spec.outcome.status
-            live.done = live.attempts == 0
-            live.changed.set()
+            live.end(spec.outcome.status)
             self._prune()
         if record.submission_id is not None:
             engine.submissions.wake()  # the drain goes on with what was accepted after it

@@ -47,6 +47,4 @@ async def _kept(engine: Engine, spec: Any, body: AsyncGenerator[Any, None]) -> A
                 live.changed.set()
                 yield chunk
     finally:
-        live.done = True
-        live.status = spec.outcome.status
-        live.changed.set()
+        live.end(spec.outcome.status)

@@ -287,9 +287,7 @@ class Submissions:
         except Exception:  # a setup failure: already reported through on_chat_error and recorded by on_finished
             pass
         finally:
-            live.done = True
-            live.status = spec.outcome.status
-            live.changed.set()
+            live.end(spec.outcome.status)
         # A turn that ended before its record began (skipped by a reset, or nothing to apply) wrote no status:
         # write it now (a no-op when on_finished already did, as the row is no longer running). A turn handed to
         # recovery (a stalled stream) is not over: its recovered turn writes the status.

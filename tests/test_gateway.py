@@ -452,6 +452,15 @@ async def test_a_tab_that_was_away_replays_how_the_last_turn_failed(gateway: Any
     await later.send_str(json.dumps({"type": "cf_agent_stream_resume_ack", "id": "r"}))
     replay = await receive_until(later, lambda f: f["type"] == "cf_agent_use_chat_response" and f["done"])
     assert all(f.get("replay") for f in replay)
+    # As the reference's _replayTerminalOnAck: the content, then the error as the terminal frame.
+    assert replay[-1] == {
+        "type": "cf_agent_use_chat_response",
+        "id": "r",
+        "body": "upstream broke",
+        "done": True,
+        "error": True,
+        "replay": True,
+    }
     assert [f["body"] for f in replay if f.get("error")] == ["upstream broke"]
     assert "half an" in "".join(f["body"] for f in replay)
 

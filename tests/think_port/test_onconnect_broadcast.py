@@ -15,8 +15,6 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-
 import think_actors as ta
 from think_actors.testing import ScriptedModel, error, text
 
@@ -197,12 +195,6 @@ async def test_a_tab_back_after_an_in_band_error_gets_the_partial_reply_before_t
     assert all(not f.get("error") for f in replayed[:first_error])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: the replay of a turn that failed in band ends with the stored frames as sent "
-    "live (the error as a done:false frame, then a plain done frame with outcome error); Think's "
-    "_replayTerminalOnAck ends the replay with the terminal {done: true, error: true, body: <error>}",
-)
 async def test_the_replay_after_an_in_band_error_ends_with_the_error_terminal(gateway: Any) -> None:
     """``think/src/tests/errored-stream-replay.test.ts``:29 (its last frame)."""
     replayed = await replayed_after_an_in_band_error(gateway)

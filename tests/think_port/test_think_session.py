@@ -92,12 +92,6 @@ async def frames_until(ws: Any, wanted: Any) -> list[dict[str, Any]]:
             return frames
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: a turn started in process (chat(), save_messages()) is not relayed to the "
-    "agent's sockets; the gateway relays only the sockets' own requests and background turns, so connected "
-    "clients never see its transcript",
-)
 async def test_a_chat_turn_called_in_process_broadcasts_the_transcript(gateway: Any) -> None:
     """think-session.test.ts:195 "should broadcast RPC chat message updates to connected clients"."""
     ws, agent = await connected(gateway, text("hi"))
@@ -108,11 +102,6 @@ async def test_a_chat_turn_called_in_process_broadcasts_the_transcript(gateway: 
     assert [m["role"] for m in frames[-1]["messages"]] == ["user", "assistant"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: the chunks of a turn started in process (chat()) are not sent to the agent's "
-    "sockets as cf_agent_use_chat_response frames, as Think broadcasts every turn's stream",
-)
 async def test_a_chat_turn_called_in_process_broadcasts_its_stream(gateway: Any) -> None:
     """think-session.test.ts:229 "should broadcast RPC chat stream chunks to connected clients"."""
     ws, agent = await connected(gateway, step(text("first "), text("second")))
@@ -122,11 +111,6 @@ async def test_a_chat_turn_called_in_process_broadcasts_its_stream(gateway: Any)
     assert [d["delta"] for d in deltas if d["type"] == "text-delta"] == ["first ", "second"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: clear() called in process does not send cf_agent_chat_clear to the agent's "
-    "sockets (only a socket's own clear frame is broadcast), so open tabs keep showing the old transcript",
-)
 async def test_a_clear_called_in_process_is_broadcast(gateway: Any) -> None:
     """think-session.test.ts:298 "should broadcast programmatic clearMessages to connected clients"."""
     ws, agent = await connected(gateway, text("hi"))

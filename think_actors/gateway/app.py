@@ -177,6 +177,11 @@ class _Room:
         self.sequence = 0
         self.expecting = False  # a tool answer asked to auto-continue and its continuation has not started
         self.relayed: dict[str, asyncio.Event] = {}  # tool call id -> set once its message update went out
+        self.latest: str | None = None  # the newest accepted request while any is in flight (told with PENDING)
+        # The ids of the room's own requests, which it relays itself: their stream:start is not followed. Kept
+        # past the turn (on Ray the event may trail the turn's own stream), the newest OWN_KEPT of them.
+        self.own: dict[str, None] = {}
+        self.clearing = 0  # the room's own clears whose message:clear has not come yet (they are broadcast)
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None, live: bool = False) -> None:
         """Send to every socket; a stream's ``live`` frames skip the sockets that are to get them by replay."""
@@ -266,7 +271,7 @@ class Gateway:
     async def _get_messages(self, request: web.Request) -> web.Response:
         _, agent = await self._agent(request, create=False)
         messages = await agent.get_messages()
-        return web.json_response([wire_message(m) for m in messages])
+        return web.json_response([wire_message(m) for m in messages], dumps=protocol.dumps)
 
     # ------------------------------------------------------------------ WebSocket
 
@@ -303,7 +308,7 @@ class Gateway:
             await ws.send_str(protocol.dumps({"mcp": protocol.EMPTY_MCP_STATE, "type": protocol.MCP_SERVERS}))
             if room.active is None and room.in_flight > 0:  # accepted, not streaming yet: hears when it starts
                 room.parked[ws] = None
-                await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING}))
+                await ws.send_str(protocol.dumps(_pending(room.latest, None)))
             async for message in ws:
                 if message.type == WSMsgType.TEXT:
                     await self._frame(ws, room, agent, message.data)
@@ -349,11 +354,13 @@ class Gateway:
                     raise FrameError(f'{kind} needs the id of the request to cancel: {{"id": "<request id>"}}')
                 await agent.cancel_chat(frame["id"])  # one that is not running is a no-op (reference)
             elif kind == protocol.CHAT_CLEAR:
-                room.newest = room.sequence  # submits after a clear do not overlap the ones before it
-                room.generation += 1  # and the ones still queued are skipped (reference resetTurnState)
-                room.current = 0
-                room.terminal = None  # the agent's clear forgets its stored copy
-                await agent.clear()
+                _cleared(room)
+                room.clearing += 1  # its message:clear is not broadcast again: the sender is not told (reference)
+                try:
+                    await agent.clear()
+                except BaseException:
+                    room.clearing -= 1
+                    raise
                 await room.send(protocol.dumps({"type": protocol.CHAT_CLEAR}), skip=ws)
             elif kind == protocol.CHAT_MESSAGES:
                 pass  # the server owns the transcript: a client cannot overwrite it (reference)
@@ -469,15 +476,14 @@ class Gateway:
         elif room.expecting and (room.owner is None or room.owner is ws):
             # The continuation is armed (coalescing): the socket hears RESUMING when it starts.
             room.awaiting[ws] = probe
-            pending = {"type": protocol.STREAM_PENDING, **({"id": upcoming} if upcoming else {}), **probe_ids}
-            await ws.send_str(protocol.dumps(pending))
+            await ws.send_str(protocol.dumps(_pending(upcoming, probe)))
         elif room.terminal is not None:
             # A tab that was away learns how the last turn failed: its frames, ending in the error.
             await self._offer_resume(ws, room, probe, room.terminal.request_id)
         elif room.in_flight > 0:
             # An accepted request waits for its turn: answer when its stream starts (STREAM_PENDING, then RESUMING).
             room.parked[ws] = probe
-            await ws.send_str(protocol.dumps({"type": protocol.STREAM_PENDING, **probe_ids}))
+            await ws.send_str(protocol.dumps(_pending(room.latest, probe)))
         else:
             await ws.send_str(protocol.dumps({"type": protocol.STREAM_RESUME_NONE, "reason": "idle", **probe_ids}))
 
@@ -506,6 +512,10 @@ class Gateway:
         if room.terminal is not None:  # a new turn supersedes the replay of an old error
             room.terminal = None
             await agent.remember_chat_terminal(None)
+        if room.active is None:
+            # Told RESUMING for the old error and no ACK yet: its own request streams to it, not a replay. (Told
+            # for a running stream, it stays out until that stream ends, as the reference has it.)
+            room.resuming.discard(ws)
         strategy, debounce_s = _concurrency(room.agent_class)
         debounce_s = debounce_s if strategy == "debounce" else 0.0
         submit = body.get("trigger", "submit-message") != "regenerate-message"
@@ -526,6 +536,7 @@ class Gateway:
             room.newest = sequence
         room.in_flight += 1
         room.current += 1
+        room.latest = request_id  # as the reference's pre-stream record: PENDING tells this id
         # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
         supersedable = overlapping and strategy in ("latest", "merge", "debounce")
         started = asyncio.Event()
@@ -560,6 +571,9 @@ class Gateway:
                     await sender.send_str(protocol.skipped_frame(request_id, body))
                     return
                 custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
+                room.own[request_id] = None  # before the turn starts: its stream:start may come at once
+                while len(room.own) > OWN_KEPT:
+                    del room.own[next(iter(room.own))]
                 client_tools = body.get("clientTools") or None
                 branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
                 stream = agent.chat(
@@ -570,17 +584,32 @@ class Gateway:
         finally:
             started.set()
             room.in_flight -= 1
+            if room.in_flight == 0:
+                room.latest = None
             if generation == room.generation:
                 room.current -= 1
 
     async def _follow(self, room: _Room, agent: Any) -> None:
-        """Relay what the agent does without a socket asking: message updates, and the streams of background
-        turns (auto-continuations, recoveries, submissions) to every socket."""
+        """Relay what the agent does without a socket asking: message updates, clears, and the streams of every
+        turn the sockets did not ask for (auto-continuations, recoveries, submissions, and turns started in
+        process or through another gateway: Think broadcasts every turn) to every socket."""
 
         def on_message(event: Any) -> None:
             if event.type == "message:updated":
                 frame = {"type": protocol.MESSAGE_UPDATED, "message": wire_message(event.payload["message"])}
                 self._spawn(self._relay_update(room, frame))
+            elif event.type == "message:clear":
+                if room.clearing:  # a socket's own clear, broadcast when it was made
+                    room.clearing -= 1
+                    return
+                _cleared(room)
+                self._spawn(room.send(protocol.dumps({"type": protocol.CHAT_CLEAR})))
+
+        def on_stream(event: Any) -> None:
+            request_id = event.payload.get("requestId")
+            if event.type == "stream:start" and isinstance(request_id, str) and request_id not in room.own:
+                continuation = bool(event.payload.get("continuation"))
+                self._spawn(self._pump(room, agent, request_id, agent.attach(request_id), continuation=continuation))
 
         def on_chat(event: Any) -> None:
             if event.type in ("chat:recovery:detected", "chat:recovery:completed", "chat:recovery:exhausted"):
@@ -597,6 +626,8 @@ class Gateway:
 
         room.unsubscribe.append(await agent.observe("agents:message", on_message))
         room.unsubscribe.append(await agent.observe("agents:chat", on_chat))
+        # While subscribed, the agent keeps the chunks of turns nothing else follows, for attach (_turn/relay.py).
+        room.unsubscribe.append(await agent.observe("agents:stream", on_stream))
 
     @staticmethod
     async def _relay_update(room: _Room, frame: dict[str, Any]) -> None:
@@ -730,6 +761,10 @@ class Gateway:
         if stream is None:
             await ws.send_str(protocol.dumps(protocol.response(str(request_id or ""), "", done=True, replay=True)))
             return
+        if stream is room.terminal:  # kept (not forgotten) for the other tabs that come back
+            for frame in _terminal_replay(stream):
+                await ws.send_str(protocol.dumps(frame))
+            return
         # The socket stays out of the live broadcast until it has every frame so far, so none is sent twice or
         # out of order; the last check and leaving the replaying set happen with no await between them.
         room.replaying.add(ws)
@@ -796,6 +831,35 @@ async def _transcript_frame(agent: Any, *, connect: bool = False) -> str:
 
 
 MAX_TERMINAL_FRAMES = 2000
+OWN_KEPT = 256
+
+
+def _cleared(room: _Room) -> None:
+    """The agent's history was cleared (by a socket, or in process): the room forgets what came before."""
+    room.newest = room.sequence  # submits after a clear do not overlap the ones before it
+    room.generation += 1  # and the ones still queued are skipped (reference resetTurnState)
+    room.current = 0
+    room.terminal = None  # the agent's clear forgets its stored copy
+
+
+def _pending(request_id: str | None, probe: Any) -> dict[str, Any]:
+    """``cf_agent_stream_pending``: a turn is accepted and its stream has not started; with its request id when
+    one is known, and the probe id of the resume request it answers (reference ``PreStreamTurns.park``)."""
+    return {
+        "type": protocol.STREAM_PENDING,
+        **({"id": request_id} if request_id else {}),
+        **({"probeId": probe} if probe else {}),
+    }
+
+
+def _terminal_replay(stream: _Stream) -> list[dict[str, Any]]:
+    """The replay of a stream that failed, as the reference's ``_replayTerminalOnAck`` sends it: the content
+    frames sent before the error, then one ``{done: true, error: true, body: <error>}``. Live, the error went
+    out as a frame of its own and a plain ``done`` followed; the replay does not repeat those. Every frame says
+    ``replay``, the terminal too (the reference's has no flag; clients read ``error`` before it)."""
+    frames = [{**f, "replay": True} for f in stream.frames if not f.get("error") and not f.get("done")]
+    error = next((f["body"] for f in reversed(stream.frames) if f.get("error")), "")
+    return [*frames, protocol.response(stream.request_id, str(error), done=True, error=True, replay=True)]
 
 
 def _bounded(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ never the socket or the agent.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -92,9 +93,9 @@ class RequestError(FrameError):
 
 
 def parse_frame(text: str | bytes) -> dict[str, Any]:
-    """The frame as a dict with a str ``type``; one holding a lone surrogate is refused whole."""
+    """The frame as a dict with a str ``type``; one holding a lone surrogate, NaN or Infinity is refused whole."""
     try:
-        frame = json.loads(text)
+        frame = json.loads(text, parse_constant=_not_json)
     except ValueError as err:
         raise FrameError(f'a frame must be JSON text ({err}); e.g. {{"type": "{CHAT_REQUEST}", ...}}') from None
     if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
@@ -114,7 +115,7 @@ def chat_request(frame: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         raise FrameError(f'{CHAT_REQUEST} needs init: {{"method": "POST", "body": "<JSON text>"}}')
     raw = init.get("body")
     try:
-        body = json.loads(raw) if isinstance(raw, str) else raw
+        body = json.loads(raw, parse_constant=_not_json) if isinstance(raw, str) else raw
     except ValueError as err:
         raise RequestError(request_id, f"{CHAT_REQUEST} init.body is not JSON: {err}") from None
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
@@ -137,6 +138,12 @@ def client_tools(value: Any, request_id: str | None = None) -> list[dict[str, An
         )
         raise FrameError(text) if request_id is None else RequestError(request_id, text)
     return list(value)
+
+
+def _not_json(constant: str) -> Any:
+    """``json.loads`` reads ``NaN``, ``Infinity`` and ``-Infinity`` as numbers; JSON has none (``JSON.parse``
+    refuses them), and a frame holding one would be stored, or echoed to a browser as text it cannot parse."""
+    raise ValueError(f"{constant} is not a JSON number (JSON has no NaN or Infinity)")
 
 
 # JSON text may escape half a surrogate pair (\ud800) where no character can stand; Python keeps it in the str,
@@ -177,8 +184,23 @@ def _tool_schema(tool: Any) -> bool:
 
 
 def dumps(frame: Any) -> str:
-    """A frame as compact JSON text, as the reference's ``JSON.stringify`` writes it."""
-    return json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
+    """A frame as compact JSON text, as the reference's ``JSON.stringify`` writes it: a float that is NaN or
+    infinite (a tool's output may hold one) becomes null, so a frame is always JSON a browser can parse."""
+    try:
+        return json.dumps(frame, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:  # rare: the walk below runs only for a frame that holds one
+        return json.dumps(_finite(frame), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None, as ``JSON.stringify`` writes them."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def origin_message_ids(messages: list[Any]) -> list[str] | None:

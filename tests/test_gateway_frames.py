@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
 
 import think_actors as ta
-from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.gateway import Gateway, LocalDirectory, protocol
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
-from think_actors.testing import ScriptedModel, text, tool_call
+from think_actors.testing import ScriptedModel, delay, error, step, text, tool_call
 
 WAIT_S = 5
 
@@ -399,3 +399,81 @@ async def test_an_answer_taken_mid_stream_that_matches_no_call_leaves_no_socket_
     model.gate.set()
     await until(ws, done("r"))
     assert await idle(ws, "after") == []
+
+
+def strict(text_: str) -> Any:
+    """JSON text as a browser's JSON.parse reads it: NaN and Infinity are not JSON."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text_, parse_constant=refuse)
+
+
+def test_a_frame_never_holds_nan_or_infinity_as_json_stringify_writes_them_null() -> None:
+    # The agent writes NaN in tool input and output as null already; the encoder is the last guard.
+    frame = {"type": "x", "v": [float("nan"), float("inf"), -float("inf"), 1.5], "o": {"k": float("nan")}}
+    assert strict(protocol.dumps(frame)) == {"type": "x", "v": [None, None, None, 1.5], "o": {"k": None}}
+
+
+async def test_a_chat_request_holding_nan_is_refused_before_anything_is_stored(gateway: Any) -> None:
+    client = await gateway()
+    ws = await client.ws_connect("/agents/helper/nan")
+    await greeting(ws)
+    body = json.dumps({"messages": [user()], "score": 1}).replace('"score": 1', '"score": NaN')
+    frame = {"type": "cf_agent_use_chat_request", "id": "r", "init": {"method": "POST", "body": body}}
+    await ws.send_str(json.dumps(frame))
+    assert await receive(ws) == {
+        "type": "cf_agent_use_chat_response",
+        "id": "r",
+        "body": "cf_agent_use_chat_request init.body is not JSON: NaN is not a JSON number (JSON has no NaN or "
+        "Infinity)",
+        "done": True,
+        "error": True,
+    }
+    assert await idle(ws, "after") == []
+    assert strict(await (await client.get("/agents/helper/nan/get-messages")).text()) == []
+
+
+async def test_a_socket_told_of_an_old_error_that_sends_a_request_gets_the_requests_stream(gateway: Any) -> None:
+    # Told RESUMING for the failed turn, it sends a new request instead of the ACK: the request supersedes the
+    # error's replay, and its own stream goes to it live, every chunk (not only the transcript and done).
+    client = await gateway(model=ScriptedModel([error(ta.ProviderError("broke"), after=text("half")), text("ok")]))
+    first = await client.ws_connect("/agents/helper/told")
+    await greeting(first)
+    await first.send_str(chat("r1", [user("one", "u1")]))
+    await until(first, done("r1"))
+    await first.close()
+    ws = await client.ws_connect("/agents/helper/told")
+    await greeting(ws)
+    await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p"}))
+    assert await receive(ws) == {"type": "cf_agent_stream_resuming", "id": "r1", "probeId": "p"}
+    await ws.send_str(chat("r2", [user("one", "u1"), user("two", "u2")]))
+    frames = await until(ws, done("r2"))
+    assert deltas(frames) == ["ok"]
+    assert [f["type"] for f in frames[-2:]] == ["cf_agent_chat_messages", "cf_agent_use_chat_response"]
+
+
+class Debounced(ta.Think):
+    message_concurrency = {"strategy": "debounce", "debounce_ms": 1000}
+
+
+async def test_pending_for_a_waiting_request_carries_its_id_as_the_reference_sends_it() -> None:
+    # Reference PreStreamTurns.park: {type, id: the newest accepted request's id, probeId?}.
+    model = ScriptedModel([step(text("first"), delay(0.2)), text("the debounced answer")])
+    directory = LocalDirectory([Debounced], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        ws = await client.ws_connect("/agents/debounced/d")
+        await greeting(ws)
+        await ws.send_str(chat("r1", [user("one", "u1")]))
+        await ws.send_str(chat("r2", [user("one", "u1"), user("two", "u2")]))  # waits for its trailing edge
+        await until(ws, done("r1"))
+        tab = await client.ws_connect("/agents/debounced/d")
+        await greeting(tab)
+        assert await receive(tab) == {"type": "cf_agent_stream_pending", "id": "r2"}  # on connect
+        await ws.send_str(json.dumps({"type": "cf_agent_stream_resume_request", "probeId": "p"}))
+        assert await until(ws, lambda f: f.get("probeId") == "p") == [
+            {"type": "cf_agent_stream_pending", "id": "r2", "probeId": "p"}
+        ]
+        assert (await until(tab, lambda f: f["type"] == "cf_agent_stream_resuming"))[-1]["id"] == "r2"
+        await until(ws, done("r2"))

@@ -98,3 +98,29 @@ async def test_the_resumed_client_tool_continuation_matches_the_reference_on_ray
     finally:
         await client.close()
     assert normalised(ours["a"], {}) == normalised(recording["sockets"]["a"], {})
+
+
+async def test_a_turn_and_a_clear_through_the_actors_handle_reach_the_gateways_sockets(
+    ray_runtime: Any, unique: str
+) -> None:
+    """think-session.test.ts:195, :229 and :298 on Ray: a turn started through the handle (not by a socket) streams
+    to the gateway's sockets, its transcript after it, and a clear through the handle is broadcast; the gateway
+    follows the actor's agents:stream events and attaches to the turn."""
+    client = TestClient(TestServer(Gateway(RayDirectory([Survivor])).app()))
+    await client.start_server()
+    try:
+        ws = await client.ws_connect(f"/agents/survivor/{unique}")
+        await greeting(ws)
+        handle = await ta.spawn(Survivor, unique)
+        result = await handle.save_messages("from a job")
+        frames = []
+        while not frames or frames[-1]["type"] != "cf_agent_use_chat_response" or not frames[-1]["done"]:
+            frames.append(json.loads((await asyncio.wait_for(ws.receive(), 30)).data))
+        deltas = [json.loads(f["body"]) for f in frames if f["type"] == "cf_agent_use_chat_response" and f["body"]]
+        assert "".join(d["delta"] for d in deltas if d["type"] == "text-delta") == "echo: from a job"
+        assert {f["id"] for f in frames if f["type"] == "cf_agent_use_chat_response"} == {result.request_id}
+        assert [m["role"] for m in frames[-2]["messages"]] == ["user", "assistant"]
+        await handle.clear()
+        assert json.loads((await asyncio.wait_for(ws.receive(), 30)).data) == {"type": "cf_agent_chat_clear"}
+    finally:
+        await client.close()

@@ -102,6 +102,9 @@ import openai  # litellm's exceptions subclass the openai SDK's, so checking the
 from litellm.exceptions import ContextWindowExceededError, MidStreamFallbackError
 from litellm.llms.base_llm.chat.transformation import BaseLLMException
 
+# Where litellm keeps the provider's own usage.cost once it wrote its bill there (litellm_core_utils.core_helpers).
+_UPSTREAM_USAGE_COST = "upstream_usage_cost"
+
 litellm.suppress_debug_info = True
 _log = logging.getLogger(__name__)
 for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
@@ -231,6 +234,8 @@ class _StreamReader:
         self._source_urls: set[str] = set()
         self._source_prefix = ""
         self._refused = False
+        self._litellm_billed = False  # the usage chunk's usage.cost is litellm's own bill, not the provider's
+        self._upstream_cost: Any = None
 
     def read(self, chunk: Any) -> Iterator[ModelEvent]:
         if not self._started:
@@ -238,7 +243,14 @@ class _StreamReader:
             metadata = _response_metadata(chunk)
             self._source_prefix = metadata.id or f"response-{uuid.uuid4().hex[:12]}"
             yield metadata
-        self._usage = getattr(chunk, "usage", None) or self._usage
+        usage = getattr(chunk, "usage", None)
+        if usage:
+            self._usage = usage
+            # litellm may write its own bill into usage.cost, keeping what the provider reported under this key:
+            # only the provider's figure is a reported cost, litellm's bill comes from the same price table as ours.
+            hidden = getattr(chunk, "_hidden_params", None)
+            self._litellm_billed = isinstance(hidden, dict) and _UPSTREAM_USAGE_COST in hidden
+            self._upstream_cost = hidden.get(_UPSTREAM_USAGE_COST) if self._litellm_billed else None
         self._add_provider_metadata(getattr(chunk, "provider_specific_fields", None))
         for choice in getattr(chunk, "choices", None) or ():
             index = getattr(choice, "index", None)
@@ -274,7 +286,12 @@ class _StreamReader:
             yield from self._source(url, None)
 
     def finish(self, model: str, custom_llm_provider: Any) -> FinishEvent:
-        reported = reported_cost_usd(self._usage) if self._usage is not None else None
+        reported = None
+        if self._usage is not None:
+            usage = self._usage
+            if self._litellm_billed:
+                usage = {"cost_in_usd_ticks": _get(usage, "cost_in_usd_ticks"), "cost": self._upstream_cost}
+            reported = reported_cost_usd(usage)
         reason = self._finish_reason
         return FinishEvent(
             finish_reason="content_filter" if self._refused and reason is not None else reason,

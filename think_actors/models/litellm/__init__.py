@@ -250,7 +250,9 @@ class _StreamReader:
             # only the provider's figure is a reported cost, litellm's bill comes from the same price table as ours.
             hidden = getattr(chunk, "_hidden_params", None)
             self._litellm_billed = isinstance(hidden, dict) and _UPSTREAM_USAGE_COST in hidden
-            self._upstream_cost = hidden.get(_UPSTREAM_USAGE_COST) if self._litellm_billed else None
+            self._upstream_cost = (
+                hidden[_UPSTREAM_USAGE_COST] if isinstance(hidden, dict) and self._litellm_billed else None
+            )
         self._add_provider_metadata(getattr(chunk, "provider_specific_fields", None))
         for choice in getattr(chunk, "choices", None) or ():
             index = getattr(choice, "index", None)

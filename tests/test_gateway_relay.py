@@ -60,12 +60,13 @@ def deltas(frames: list[dict[str, Any]]) -> list[str]:
 async def rig() -> AsyncIterator[Any]:
     clients: list[TestClient[Any, Any]] = []
 
-    async def make(*steps: Any) -> tuple[TestClient[Any, Any], ta.Think]:
+    async def make(*steps: Any) -> tuple[TestClient[Any, Any], ta.Think, Gateway]:
         directory = LocalDirectory([Relayed], model=ScriptedModel(list(steps)), store=ta.MemoryStore())
-        client: TestClient[Any, Any] = TestClient(TestServer(Gateway(directory).app()))
+        gateway = Gateway(directory)
+        client: TestClient[Any, Any] = TestClient(TestServer(gateway.app()))
         await client.start_server()
         clients.append(client)
-        return client, (await directory.get("relayed", "r")).agent
+        return client, (await directory.get("relayed", "r")).agent, gateway
 
     yield make
     for client in clients:
@@ -73,7 +74,7 @@ async def rig() -> AsyncIterator[Any]:
 
 
 async def test_a_save_messages_turn_streams_to_every_socket_then_its_transcript(rig: Any) -> None:
-    client, agent = await rig(step(text("one "), text("two")))
+    client, agent, _ = await rig(step(text("one "), text("two")))
     tabs = [await client.ws_connect("/agents/relayed/r") for _ in range(2)]
     for ws in tabs:
         await greeting(ws)
@@ -87,7 +88,7 @@ async def test_a_save_messages_turn_streams_to_every_socket_then_its_transcript(
 
 
 async def test_a_socket_that_comes_back_resumes_an_in_process_turn(rig: Any) -> None:
-    client, agent = await rig(step(text("before "), text("after")))
+    client, agent, _ = await rig(step(text("before "), text("after")))
     watcher = await client.ws_connect("/agents/relayed/r")  # the agent is followed: its turns are relayed
     await greeting(watcher)
     stream = agent.chat("hi")
@@ -106,7 +107,7 @@ async def test_a_socket_that_comes_back_resumes_an_in_process_turn(rig: Any) -> 
 
 
 async def test_the_gateways_own_request_is_streamed_once(rig: Any) -> None:
-    client, _ = await rig(step(text("a"), text("b")))
+    client, _, _ = await rig(step(text("a"), text("b")))
     ws = await client.ws_connect("/agents/relayed/r")
     await greeting(ws)
     body = {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}]}
@@ -118,7 +119,7 @@ async def test_the_gateways_own_request_is_streamed_once(rig: Any) -> None:
 
 
 async def test_an_in_process_clear_reaches_every_socket_and_a_sockets_own_clear_is_not_echoed(rig: Any) -> None:
-    client, agent = await rig(text("hi"))
+    client, agent, _ = await rig(text("hi"))
     first, second = [await client.ws_connect("/agents/relayed/r") for _ in range(2)]
     for ws in (first, second):
         await greeting(ws)
@@ -131,7 +132,7 @@ async def test_an_in_process_clear_reaches_every_socket_and_a_sockets_own_clear_
 
 
 async def test_an_agent_without_sockets_keeps_no_chunks_of_its_turns(rig: Any) -> None:
-    client, agent = await rig(text("alone"), text("watched"))
+    client, agent, _ = await rig(text("alone"), text("watched"))
     stream = agent.chat("hi")
     await stream.collect()
     assert stream.request_id not in agent._engine.recovery.live  # nothing kept: no gateway follows it
@@ -141,3 +142,20 @@ async def test_an_agent_without_sockets_keeps_no_chunks_of_its_turns(rig: Any) -
     await followed.collect()
     assert agent._engine.recovery.live[followed.request_id].done  # kept for the gateway's attach
     await until(ws, done)
+
+
+async def test_a_socket_that_leaves_while_a_turn_is_relayed_lets_go_of_the_agent_after_it(rig: Any) -> None:
+    client, agent, gateway = await rig(step(text("a"), text("b")), text("unwatched"))
+    ws = await client.ws_connect("/agents/relayed/r")
+    await greeting(ws)
+    stream = agent.chat("hi")
+    chunks = stream.__aiter__()  # the turn goes only as far as this reads it
+    while (await chunks.__anext__()).type != "text-delta":
+        pass
+    await ws.close()  # while the gateway relays the turn: the room cannot let go yet
+    async for _ in chunks:
+        pass
+    await gateway.turns_idle()
+    later = agent.chat("no one watches")
+    await later.collect()
+    assert later.request_id not in agent._engine.recovery.live  # no gateway follows it: nothing kept

@@ -156,7 +156,8 @@ class _Socket(web.WebSocketResponse):
 class _Room:
     """The sockets of one agent, the agent's events that every one of them must see, and its streams."""
 
-    def __init__(self) -> None:
+    def __init__(self, key: str) -> None:
+        self.key = key  # "{class slug}/{name}"
         self.sockets: set[web.WebSocketResponse] = set()
         self.unsubscribe: list[Callable[[], None]] = []
         self.active: _Stream | None = None  # the stream running now
@@ -283,7 +284,7 @@ class Gateway:
         await ws.prepare(request)
         room = self._rooms.get(key)
         if room is None:
-            room = self._rooms[key] = _Room()
+            room = self._rooms[key] = _Room(key)
             room.agent_class = self.directory.agent_class(request.match_info["cls"])
             await self._follow(room, agent)
             record = await agent.chat_terminal()  # how its last turn failed, from before this gateway started
@@ -324,16 +325,17 @@ class Gateway:
             room.awaiting.pop(ws, None)
             if room.owner is ws:
                 room.owner = None  # any socket may now follow the continuation it asked for
-            self._release(key, room)
+            self._release(room)
         return ws
 
-    def _release(self, key: str, room: _Room) -> None:
-        """The last socket of an idle agent left: stop following the agent (so it may hibernate); what the room
-        must remember (how the last turn failed) is stored with the agent, and a new socket opens a new room."""
+    def _release(self, room: _Room) -> None:
+        """The last socket of an idle agent left: stop following the agent (so it may hibernate, and keeps no
+        chunks for a gateway); what the room must remember (how the last turn failed) is stored with the agent,
+        and a new socket opens a new room. Checked when a socket leaves and when a turn it was relaying ends."""
         if room.sockets or room.in_flight or room.active is not None or room.expecting:
             return
-        if self._rooms.get(key) is room:
-            del self._rooms[key]
+        if self._rooms.get(room.key) is room:
+            del self._rooms[room.key]
         for unsubscribe in room.unsubscribe:
             unsubscribe()
         room.unsubscribe.clear()
@@ -588,6 +590,7 @@ class Gateway:
                 room.latest = None
             if generation == room.generation:
                 room.current -= 1
+            self._release(room)
 
     async def _follow(self, room: _Room, agent: Any) -> None:
         """Relay what the agent does without a socket asking: message updates, clears, and the streams of every
@@ -692,6 +695,7 @@ class Gateway:
             if room.terminal is not None:  # kept with the agent: a restarted gateway still replays it
                 with contextlib.suppress(Exception):
                     await agent.remember_chat_terminal({"requestId": request_id, "frames": _bounded(stream.frames)})
+            self._release(room)  # its sockets may have left while it streamed
 
     @staticmethod
     async def _relay(

@@ -1,8 +1,10 @@
 """The WebSocket gateway: the Cloudflare agents chat protocol over aiohttp, in front of think_actors agents.
 
 Routes: ``/agents/{agent-class-in-kebab-case}/{name}`` (WebSocket), ``GET .../get-messages``, ``GET /healthz``.
-Every socket of one agent sees the same frames: a turn's chunks go to all of them, in order. A chat request's
-new messages are stored before its turn is queued (reference §1.1 order), so a reconnecting tab finds them.
+Every socket of one agent sees the same frames: a turn's chunks go to all of them, in order, whatever started the
+turn (a socket, a background turn, ``chat()`` / ``save_messages()`` in process or another gateway: followed through
+the agent's ``agents:stream`` events), and so does a clear. A chat request's new messages are stored before its
+turn is queued (reference §1.1 order), so a reconnecting tab finds them.
 
 Security (``security.py``): with a token, every request but ``/healthz`` must carry it; a page may use the gateway
 only from the gateway's own origin or one listed in ``allowed_origins``; without a token, only requests sent to a

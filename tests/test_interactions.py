@@ -52,7 +52,9 @@ def texts(agent: ta.Think) -> list[str]:
 
 
 async def client_call(agent: ta.Think, *calls: str, tools: list[Any] | None = None) -> None:
-    """A turn whose model calls the client tools ``calls`` and ends waiting for their results."""
+    """A turn whose model calls the client tools ``calls`` and ends waiting for their results; the client's tools
+    are stored first, as the gateway stores a request's (so continuations offer them and their calls wait)."""
+    await agent.set_client_tools(tools or [ASK, LOCATE])
     await agent.chat("go", client_tools=tools or [ASK, LOCATE]).collect()
 
 
@@ -275,6 +277,7 @@ async def test_tool_state_survives_a_new_agent_instance(tmp_path: Any) -> None:
 async def test_the_body_and_client_tools_a_continuation_reuses_survive_a_restart(tmp_path: Any) -> None:
     path = tmp_path / "a.db"
     first = Shop("s", model=ScriptedModel([tool_call("ask", {}, id="c1")]), store=ta.SQLiteStore(path))
+    await first.set_client_tools([ASK])
     await first.chat("go", client_tools=[ASK], body={"tab": "settings"}).collect()
     await first.close()
 

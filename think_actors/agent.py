@@ -476,7 +476,9 @@ class Think:
         return True
 
     async def set_client_tools(self, client_tools: Sequence[ClientToolSchema | dict[str, Any]]) -> None:
-        """Replace the client tools a continuation offers (a client sends them with its tool results)."""
+        """Replace the stored client tools (a client sends them with its requests and tool results): continuations
+        offer them, and their waiting calls are pending interactions (``has_pending_interaction``), even after a
+        restart. The client tools of one ``chat()`` are for that turn only."""
         engine = self._engine
         await engine.ensure_started()
         await engine.remember_turn_context(engine.last_body, _client_tools(client_tools, None))
@@ -487,7 +489,8 @@ class Think:
         """Answer a client tool's call (or any call still waiting) with ``output``, or ``error``.
 
         The first answer wins; False when no call waits under that id. With ``auto_continue`` the turn goes on
-        once every call of the latest reply has its answer (50 ms of quiet first, so a batch coalesces).
+        after 50 ms of quiet (so a batch coalesces), unless the latest reply is mid-batch: one of its calls has its
+        answer and another still waits (then the last answer of the batch continues it).
         """
         return await self._engine.interactions.add_tool_result(
             tool_call_id, output=output, error=error, auto_continue=auto_continue
@@ -519,7 +522,9 @@ class Think:
         await engine.store.set_kv(_CHAT_TERMINAL_KEY, record)
 
     def has_pending_interaction(self) -> bool:
-        """Whether a call of the latest reply waits for a person (an approval) or a client (a client tool)."""
+        """Whether a call waits for a person (an approval) or a client (a call of a stored client tool, see
+        ``set_client_tools``). A server tool's waiting call, or one of a client tool of one ``chat()``, is not:
+        nothing can answer it any more, so the next turn or recovery repairs it."""
         return self._engine.interactions.pending()
 
     async def pending_continuation_id(self) -> str | None:

@@ -13,8 +13,6 @@ import asyncio
 import json
 from typing import Any
 
-import pytest
-
 import think_actors as ta
 from think_actors.testing import ScriptedModel, step, text
 
@@ -240,12 +238,6 @@ def tool_result(tool_call_id: str, result: str) -> str:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: the barrier holds while any call of the latest reply waits; Think's "
-    "hasIncompleteToolBatch holds only a leaf with a settled call and a waiting one, so an answer to a call "
-    "of an earlier message continues at once (and a later answer queues a follow-up continuation)",
-)
 async def test_a_result_after_the_continuation_was_admitted_queues_a_follow_up(gateway: Any) -> None:
     """chat-turn-serialization.test.ts:392 "queues a follow-up continuation when a tool result arrives after
     coalesce but before stream start"."""

@@ -902,12 +902,6 @@ async def test_chat_client_tools_are_for_that_turn_only() -> None:
     assert offered(model, 0) == ["client_action"] and offered(model, 2) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: has_pending_interaction counts every input-available call of the latest reply; "
-    "Think counts only approvals and calls of the persisted client tools, so a chat() client tool's orphan "
-    "is recovered, not parked",
-)
 async def test_an_interrupted_chat_client_tool_call_is_not_a_pending_interaction() -> None:
     """client-tools.test.ts:3630 "does not classify an interrupted RPC client-tool call as a pending human
     interaction (recovers, not parks)"."""

@@ -462,11 +462,6 @@ def waiting_call(part_type: str, tool_call_id: str, input: Any) -> list[ta.UIMes
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: has_pending_interaction counts every input-available call of the latest reply; "
-    "Think counts only approvals and calls of client tools, so a server tool's orphan blocks wait_until_stable",
-)
 async def test_a_server_tool_orphan_does_not_hold_stability() -> None:
     """think-session.test.ts:4965 "does NOT block stability on a dead SERVER-tool input-available orphan"."""
     agent = agent_with()

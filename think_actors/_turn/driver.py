@@ -165,13 +165,14 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         )
     tools = engine.collect_tools()
     if spec.continuation:
-        # A continuation (after a client tool's result, an approval, a recovery) sees the custom body and offers
-        # the client tools of the turn it continues, so the model can call them again (reference: lastBody,
-        # lastClientTools); a new turn sets both, to what it brought (nothing clears them).
+        # A continuation (after a client tool's result, an approval, a recovery) sees the custom body of the turn
+        # it continues and offers the stored client tools (set_client_tools), so the model can call them again
+        # (reference: lastBody, lastClientTools). A new turn sets the body to what it brought; the client tools
+        # it brought are for it only (reference: chat() forwards them per turn), so the stored ones stay.
         spec.body = spec.body or (dict(engine.last_body) if engine.last_body else None)
         spec.client_tools = spec.client_tools or list(engine.last_client_tools)
     else:
-        await engine.remember_turn_context(dict(spec.body) if spec.body else None, list(spec.client_tools))
+        await engine.remember_turn_context(dict(spec.body) if spec.body else None, list(engine.last_client_tools))
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
     model = agent.model

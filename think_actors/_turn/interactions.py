@@ -2,10 +2,10 @@
 
 A result or an approval is applied to the stored assistant message holding the call (first write wins), in
 arrival order. With ``auto_continue`` it arms the continuation: after 50 ms of quiet (so the results of one batch
-coalesce), and only once no call of the latest assistant message still waits for an answer (the whole-batch
-barrier), a continuation turn runs — it executes approved calls through the hooks, then asks the model to go on.
-A continuation already running defers the next one until it ends. A result without ``auto_continue`` only
-re-arms an armed continuation, never creates one.
+coalesce), and only once the newest assistant message is not mid-batch (the barrier: it holds while one of that
+message's calls has its answer and another still waits), a continuation turn runs — it executes approved calls
+through the hooks, then asks the model to go on. A continuation already running defers the next one until it
+ends. A result without ``auto_continue`` only re-arms an armed continuation, never creates one.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ log = logging.getLogger("think_actors")
 COALESCE_S = 0.05
 ARMED_KEY = "interactions:continuation-armed"  # in the store: an armed continuation survives a restart
 WAITING = ("input-available", "approval-requested")
+ANSWERED = ("output-available", "output-error", "output-denied", "approval-responded")
 DENIED = "Tool execution denied by user"
 
 
@@ -112,38 +113,53 @@ class Interactions:
                 # it is applied as soon as the turn has stored it.
                 self._early.append((tool_call_id, change, auto_continue))
                 return True
-            for message in reversed(engine.messages):
-                for index, part in enumerate(message.parts):
-                    if isinstance(part, ToolPart) and part.tool_call_id == tool_call_id:
-                        updated = change(part)
-                        if updated is None:
-                            return False
-                        parts = (*message.parts[:index], updated, *message.parts[index + 1 :])
-                        changed = message.model_copy(update={"parts": parts})
-                        await engine.replace(changed)
-                        engine.publish("message:updated", {"message": changed.to_wire()})
-                        self._changed.set()
-                        break
-                else:
-                    continue
-                break
-            else:
-                return False
+            applied = await self._change(tool_call_id, change)
+            if not applied and not _holds(engine.messages, tool_call_id):
+                return False  # no such call: a stray answer continues nothing
+        # An answer for a call already settled (say, by the repair of a continuation that started before it came)
+        # still schedules the continuation it asks for, as the reference's tool-result handler does.
         if auto_continue:
             self._armed = True
             await self._store_armed(True)
         if self._armed:
             self._arm()
-        return True
+        return applied
+
+    async def _change(self, tool_call_id: str, change: Any) -> bool:
+        engine = self.engine
+        for message in reversed(engine.messages):
+            for index, part in enumerate(message.parts):
+                if isinstance(part, ToolPart) and part.tool_call_id == tool_call_id:
+                    updated = change(part)
+                    if updated is None:
+                        return False
+                    parts = (*message.parts[:index], updated, *message.parts[index + 1 :])
+                    changed = message.model_copy(update={"parts": parts})
+                    await engine.replace(changed)
+                    engine.publish("message:updated", {"message": changed.to_wire()})
+                    self._changed.set()
+                    return True
+        return False
 
     # ------------------------------------------------------------------ the barrier
 
     def pending(self) -> bool:
-        """Whether a call of the latest assistant message waits for a person or a client."""
-        latest = _latest_assistant(self.engine.messages)
-        if latest is None:
-            return False
-        return any(isinstance(p, ToolPart) and p.state in WAITING for p in latest.parts)
+        """Whether a call waits for an answer that can still come: an approval, or the result of a call of one
+        of the stored client tools (``set_client_tools``: a client can send it, even after a restart).
+
+        Any assistant message counts (reference: ``hasPendingInteraction``). A server tool's waiting call and a
+        call of a client tool offered to one ``chat()`` only are not pending: nothing will ever answer them (the
+        function, or the in-process caller, died with the process), so recovery and the next turn repair them
+        and ``wait_until_stable`` does not wait for them.
+        """
+        client = {t.name for t in self.engine.last_client_tools}
+        return any(
+            isinstance(p, ToolPart)
+            and (p.state == "approval-requested" or (p.state == "input-available" and p.name in client))
+            for m in self.engine.messages
+            if m.role == "assistant"
+            for p in m.parts
+        )
 
     def upcoming(self) -> str | None:
         """The request id of the continuation running now, or else of the one armed or deferred (it is fixed when
@@ -187,7 +203,7 @@ class Interactions:
             return
         if self.engine.queue.busy:
             return  # a stream is active: the batch may still grow; its end re-arms
-        if self.pending():
+        if incomplete_batch(self.engine.messages):
             return  # a sibling's answer is still missing: its arrival re-runs the check
         self._armed = False
         request_id, self._next_id = self._next_id or new_id(), None
@@ -254,6 +270,25 @@ class Interactions:
 
 def _holds(messages: list[UIMessage], tool_call_id: str) -> bool:
     return any(isinstance(p, ToolPart) and p.tool_call_id == tool_call_id for m in messages for p in m.parts)
+
+
+def incomplete_batch(messages: list[UIMessage]) -> bool:
+    """Whether the newest assistant message is mid-batch: one of its calls has its answer and another still waits
+    (reference: ``hasIncompleteToolBatch``). Only the newest holds the barrier, so a call left dangling in an
+    earlier message does not block a continuation; a message with no answer yet does not hold it either."""
+    newest = next((m for m in reversed(messages) if m.role == "assistant"), None)
+    if newest is None:
+        return False
+    waiting = answered = False
+    for part in newest.parts:
+        if isinstance(part, ToolPart):
+            if part.state in WAITING:
+                waiting = True
+            elif part.state in ANSWERED:
+                answered = True
+            if waiting and answered:
+                return True
+    return False
 
 
 def _latest_assistant(messages: list[UIMessage]) -> UIMessage | None:

@@ -579,6 +579,8 @@ class Gateway:
                 while len(room.own) > OWN_KEPT:
                     del room.own[next(iter(room.own))]
                 client_tools = body.get("clientTools") or None
+                if "clientTools" in body:  # stored, as Think's WS path: continuations offer them, calls wait
+                    await agent.set_client_tools(client_tools or [])
                 branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
                 stream = agent.chat(
                     [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch

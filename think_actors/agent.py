@@ -11,6 +11,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from . import mcp as _mcp
 from . import metrics as _metrics
 from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
@@ -38,6 +39,7 @@ from .hooks import (
     TurnContext,
     TurnResult,
 )
+from .mcp import McpManager, McpServerConfig, McpServerState
 from .messages import MessagePart, ToolPart, UIMessage, new_id
 from .models import ModelClient
 from .observability import Event
@@ -119,6 +121,9 @@ class Think:
             reply kept, and the turn resumed by the same bounded recovery as after a crash. None (default): off.
         metrics: Whether this class's agents record metrics (``think_actors.metrics``; on by default, off for
             every agent of a process with ``THINK_ACTORS_METRICS=0``).
+        mcp_servers: MCP servers whose tools join every turn (``ta.mcp.stdio(...)``, ``ta.mcp.http(...)``); they
+            connect when the agent first needs them, and ``wait_for_mcp_connections`` waits for them.
+        include_mcp_tools: Whether the MCP servers' tools are offered to the model (Think's ``includeMcpTools``).
     """
 
     model: str | ModelClient | None = None
@@ -134,6 +139,8 @@ class Think:
     chat_stream_stall_timeout_s: float | None = None
     message_concurrency: str | dict[str, Any] = "queue"
     metrics: bool = True
+    mcp_servers: Sequence[McpServerConfig] = ()
+    include_mcp_tools: bool = True
 
     def __init__(
         self,
@@ -164,6 +171,7 @@ class Think:
         elif self.store_url is not None:
             self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
+        self._mcp = McpManager(self.mcp_servers)
         if _metrics.enabled(type(self)):
             self._engine.observers.subscribe("agents:chat", _metrics.MetricsRecorder())
 
@@ -321,8 +329,50 @@ class Think:
         return prompt
 
     def get_tools(self) -> Sequence[Tool]:
-        """Tools added at run time; merged after the class's tools."""
-        return ()
+        """Tools added at run time; merged after the class's tools.
+
+        The default is the tools of the agent's MCP servers (when ``include_mcp_tools``); an override that keeps
+        them returns ``[*super().get_tools(), ...]``.
+        """
+        return self._mcp.tools() if self.include_mcp_tools else ()
+
+    # ------------------------------------------------------------------ MCP servers
+
+    async def add_mcp_server(
+        self, server: McpServerConfig | str, *, timeout_s: float | None = None, **options: Any
+    ) -> McpServerState:
+        """Connect an MCP server at run time; its tools join the turns that start after it connected.
+
+        ``server`` is a ``ta.mcp.stdio(...)`` / ``ta.mcp.http(...)`` config, or a name with the options of one:
+        ``add_mcp_server("files", url="http://127.0.0.1:8000/mcp")`` or ``add_mcp_server("x", command="npx",
+        args=[...])``. Waits for it to connect (at most ``timeout_s``; None: its connect timeout) and returns its
+        state: a server that failed to connect is added all the same, ``failed`` with the error, and each call
+        of a tool of it tries again.
+        """
+        if isinstance(server, str):
+            if "url" in options:
+                server = _mcp.http(options.pop("url"), name=server, **options)
+            elif "command" in options:
+                server = _mcp.stdio(options.pop("command"), *options.pop("args", ()), name=server, **options)
+            else:
+                raise ConfigurationError(f"add_mcp_server({server!r}): give a url= or a command=")
+        return await self._mcp.add(server, timeout_s=timeout_s)
+
+    async def remove_mcp_server(self, name: str) -> bool:
+        """Disconnect the MCP server ``name`` (a stdio server's process stops); whether the agent had it."""
+        return await self._mcp.remove(name)
+
+    def get_mcp_servers(self) -> dict[str, McpServerState]:
+        """Each MCP server's state by name: ``connecting`` / ``ready`` / ``failed`` (with the error), its tools."""
+        return self._mcp.states()
+
+    async def wait_for_mcp_connections(self, timeout_s: float | None = 10.0) -> dict[str, McpServerState]:
+        """Start connecting the declared MCP servers and wait until each is ready or failed (at most ``timeout_s``).
+
+        As Think's ``waitForMcpConnections``: call it before the first turn so that turn sees the servers' tools.
+        Returns every server's state; a server still connecting after the timeout goes on in the background.
+        """
+        return await self._mcp.wait(timeout_s)
 
     # ------------------------------------------------------------------ entry points
 
@@ -379,12 +429,13 @@ class Think:
         return await self._drain(spec)
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
-        """Run a continuation turn (no new input) when the latest message is the assistant's; else skip."""
+        """Run a continuation turn (no new input) when the latest message is the assistant's; else skip (the
+        result still says ``continuation=True``, as the reference's ``runTurn({continuation: true})`` does)."""
         engine = self._engine
         TurnQueue.check_not_nested(engine, "continue_last_turn")
         await engine.ensure_started()
         if not engine.messages or engine.messages[-1].role != "assistant":
-            return TurnResult(request_id="", status="skipped")
+            return TurnResult(request_id="", status="skipped", continuation=True)
         spec = self._spec("programmatic", None, continuation=True, body=body, raise_setup_errors=True)
         return await self._drain(spec)
 
@@ -591,8 +642,9 @@ class Think:
         await self._engine.queue.wait_idle()
 
     async def close(self) -> None:
-        """Abort turns and close the store."""
+        """Abort turns, close the MCP connections and the store."""
         self._engine.aborts.cancel_all("closed")
+        await self._mcp.close()
         await self._engine.close()
 
     def emit(self, chunk: Any) -> None:

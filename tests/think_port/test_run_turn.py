@@ -148,11 +148,6 @@ async def test_continue_last_turn_skips_when_the_last_message_is_not_the_assista
     assert turn_events(agent) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: a skipped continue_last_turn reports continuation=False; Think's continuation "
-    "turn reports continuation: true even when it is skipped",
-)
 async def test_a_skipped_continuation_still_says_it_was_a_continuation() -> None:
     """run-turn.test.ts:379 "continuation skips when latest leaf is not assistant": ``continuation: true``."""
     agent = agent_with()

@@ -463,7 +463,7 @@ async def test_continue_last_turn_skips_on_an_empty_transcript(scripted: Scripte
 
     result = await agent.continue_last_turn()
 
-    assert result == ta.TurnResult(request_id="", status="skipped")
+    assert result == ta.TurnResult(request_id="", status="skipped", continuation=True)
     assert agent.calls == []
     assert scripted.requests == []
 

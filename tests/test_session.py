@@ -106,7 +106,7 @@ async def test_blocks_render_under_the_base_prompt_with_their_banners() -> None:
             banner("CLOCK [readonly]", "12:00"),
             banner("WEATHER [readonly]", "sunny"),
             banner("FACTS [readonly]", "water is wet"),
-            banner("NOTES (your notes) [0% — 0/100 tokens]", ""),
+            banner("NOTES (your notes) [0% — 0/100 tokens] [writable]", ""),
             banner("TODO [writable]", ""),
         ]
     )  # the empty read-only block is left out; the empty writable ones stay, so the model knows it can write them
@@ -169,8 +169,8 @@ async def test_a_block_over_its_budget_is_truncated_with_a_marker() -> None:
     kept = " ".join(["word"] * 10)
     assert await session.system_prompt("") == "\n\n".join(
         [
-            banner("LOG [readonly]", f"{kept}\n[truncated to 13 of 65 tokens]"),
-            banner("NOTES [500% — 65/13 tokens]", f"{kept}\n[truncated to 13 of 65 tokens]"),
+            banner("LOG [500% — 65/13 tokens] [readonly]", f"{kept}\n[truncated to 13 of 65 tokens]"),
+            banner("NOTES [500% — 65/13 tokens] [writable]", f"{kept}\n[truncated to 13 of 65 tokens]"),
         ]
     )
     assert await session.get_context("log") == long  # the block itself is whole
@@ -179,14 +179,14 @@ async def test_a_block_over_its_budget_is_truncated_with_a_marker() -> None:
 async def test_the_frozen_prompt_ignores_block_writes_until_refreshed() -> None:
     session = Session("a/1", MemoryStore()).with_context("notes", max_tokens=500)
     first = await session.system_prompt("Base.")
-    assert first == "Base.\n\n" + banner("NOTES [0% — 0/500 tokens]", "")
+    assert first == "Base.\n\n" + banner("NOTES [0% — 0/500 tokens] [writable]", "")
     assert await session.set_context("notes", "hello world") == "Wrote 3 tokens to notes (3/500 tokens)"
     assert await session.system_prompt("Base.") == first
-    refreshed = "Base.\n\n" + banner("NOTES [1% — 3/500 tokens]", "hello world")
+    refreshed = "Base.\n\n" + banner("NOTES [1% — 3/500 tokens] [writable]", "hello world")
     assert await session.refresh_system_prompt("Base.") == refreshed
     assert await session.system_prompt("Base.") == refreshed
     assert await session.system_prompt("Other base.") == "Other base.\n\n" + banner(
-        "NOTES [1% — 3/500 tokens]", "hello world"
+        "NOTES [1% — 3/500 tokens] [writable]", "hello world"
     )  # a changed base re-renders
 
 

@@ -571,14 +571,13 @@ class Session:
         if not text and not block.writable:
             return ""  # an empty read-only block tells the model nothing; a writable one says it can be written
         tokens = await self._text_tokens(text)
+        # As the reference's renderPrompt: the usage when the block has a budget, then what the model may do with
+        # it (``[searchable]`` and ``[loadable]`` are for kinds of block we do not have).
         header = block.label.upper() + (f" ({block.description})" if block.description else "")
-        if not block.writable:
-            header += " [readonly]"
-        elif block.max_tokens is not None:
+        if block.max_tokens:
             percent = (tokens * 100 + block.max_tokens // 2) // block.max_tokens  # rounded half up
             header += f" [{percent}% — {tokens}/{block.max_tokens} tokens]"
-        else:
-            header += " [writable]"
+        header += " [writable]" if block.writable else " [readonly]"
         if block.max_tokens is not None and tokens > block.max_tokens:
             text = (
                 await self._truncate(text, block.max_tokens) + f"\n[truncated to {block.max_tokens} of {tokens} tokens]"

@@ -229,11 +229,6 @@ async def test_context_blocks_are_rendered_into_a_frozen_system_prompt() -> None
     assert [t["function"]["name"] for t in model.requests[0].tools] == ["set_context"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: a context block's header carries no [writable] / [readonly] marker; Think's "
-    "renderPrompt appends one to every block (context.ts:531), so the model knows which it may write",
-)
 async def test_an_empty_writable_block_is_rendered_as_writable() -> None:
     """think-session.test.ts:996 "should render empty writable blocks in system prompt"."""
     model = ScriptedModel([text("a")])

@@ -187,7 +187,8 @@ class Think:
     async def before_turn(self, ctx: TurnContext) -> TurnConfig | None:
         """Change the turn before its first model request. Turn lock held; once per turn, every entry point.
 
-        Return a TurnConfig to override the model, prompt, messages, tools, limits or sampling; None keeps all.
+        Return a TurnConfig to override the model, prompt, messages, tools, limits or sampling, or to rewrite the
+        model's stream (``transform``, an async generator function over each step's model events); None keeps all.
         Raising fails the turn (stage ``turn``): ``chat`` streams an error chunk, ``save_messages`` raises.
         """
         return None

@@ -5,12 +5,12 @@ Contexts are frozen, keyword-only dataclasses; new fields go at the end with def
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .messages import FilePart, SourceUrlPart, UIMessage
-from .models import ModelClient, ModelRequest, Usage
+from .models import ModelClient, ModelEvent, ModelRequest, Usage
 
 if TYPE_CHECKING:
     from .tools import Tool
@@ -148,6 +148,10 @@ class TurnContext:
     trigger: str = "programmatic"
 
 
+StreamTransform = Callable[[AsyncIterator[ModelEvent]], AsyncIterator[ModelEvent]]
+"""``TurnConfig.transform``: a step's stream of model events in, the stream the turn uses out."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnConfig:
     """What ``before_turn`` may return; every field is optional and None means "keep".
@@ -160,6 +164,19 @@ class TurnConfig:
     ``async (ctx: ToolRepairContext) -> dict | None``, called for an unknown tool or invalid input and
     returning repaired input (re-validated) or None to keep the error. ``chat_stream_stall_timeout_s`` overrides
     the agent's stall watchdog for this turn (0 turns it off).
+
+    ``transform`` (the reference's ``experimental_transform``) rewrites the model's stream: a function of each
+    step's stream of model events (``TextDelta``, ``ReasoningDelta``, ``ToolCallDelta``, ``FinishEvent``, ... from
+    ``think_actors.models``) returning the stream to use instead, most simply an async generator function::
+
+        async def shout(events):
+            async for event in events:
+                yield TextDelta(event.text.upper()) if isinstance(event, TextDelta) else event
+
+    It may change, drop or add events. Everything downstream sees what it yields: ``on_chunk``, the step's
+    result, the stored reply and the caller's stream. It is called once per step with that step's stream, and
+    closed (with the model's stream) when the step ends or the turn is aborted; raising in it fails the turn as
+    a model error would. None (the default) costs nothing.
     """
 
     model: str | ModelClient | None = None
@@ -188,6 +205,7 @@ class TurnConfig:
     repair_tool_call: Callable[[Any], Awaitable[Any]] | None = None
     context_overflow: ContextOverflowConfig | None = None
     chat_stream_stall_timeout_s: float | None = None
+    transform: StreamTransform | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

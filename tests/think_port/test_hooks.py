@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 import think_actors as ta
+from think_actors.models import ModelEvent, TextDelta
 from think_actors.testing import ScriptedModel, reasoning, step, text, tool_call
 
 from .conftest import (
@@ -650,20 +651,16 @@ async def test_turn_config_output_gives_a_structured_result() -> None:
     assert result.output == Severity(severity="high")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="think_port finding: TurnConfig has no stream transform (Think's experimental_transform); "
-    "on_chunk only observes, so nothing can rewrite the stream per turn",
-)
 async def test_a_turn_config_transform_rewrites_the_stream() -> None:
     """hooks.test.ts:1852 "experimental_transform override is forwarded to streamText and applied": a per-turn
     transform that upper-cases every text delta leaves the persisted reply upper-cased."""
 
-    def upper(chunk: Any) -> Any:
-        return chunk.model_copy(update={"delta": chunk.delta.upper()}) if chunk.type == "text-delta" else chunk
+    async def upper(events: AsyncIterator[ModelEvent]) -> AsyncIterator[ModelEvent]:
+        async for event in events:
+            yield TextDelta(event.text.upper()) if isinstance(event, TextDelta) else event
 
     agent = Recorder(model=ScriptedModel([text("hello from the assistant")]), store=ta.MemoryStore())
-    agent.turn_config = ta.TurnConfig(transform=upper)  # type: ignore[call-arg]
+    agent.turn_config = ta.TurnConfig(transform=upper)
     result = await agent.save_messages("Transform turn")
     assert result.message is not None and result.message.text == "HELLO FROM THE ASSISTANT"
 

@@ -197,6 +197,12 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",
             request_id=spec.request_id,
         )
+    if cfg.transform is not None and not callable(cfg.transform):
+        raise ConfigurationError(
+            "TurnConfig.transform must be a function of the model's stream (an async generator function), "
+            f"not {type(cfg.transform).__name__}",
+            request_id=spec.request_id,
+        )
     if cfg.tools:
         for extra in cfg.tools:
             tools[extra.name] = extra.bind(agent)
@@ -252,6 +258,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             else agent.chat_stream_stall_timeout_s
         ),
         stats=spec.stats,
+        transform=cfg.transform,
     )
 
 

@@ -198,7 +198,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         response = ResponseMetadata()
         sources: list[SourceUrlPart] = []
         files: list[FilePart] = []
-        stream = client.stream(request).__aiter__()
+        model_stream = client.stream(request)
+        stream = (model_stream if run.transform is None else run.transform(model_stream)).__aiter__()
         next_event = stream.__anext__
         try:
             while True:
@@ -276,6 +277,11 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             close = getattr(stream, "aclose", None)
             if close is not None:
                 await close()
+            if stream is not model_stream:
+                # A transform closed mid-stream does not close what it reads: the model's stream is closed here.
+                close = getattr(model_stream, "aclose", None)
+                if close is not None:
+                    await close()
         if not started:  # a stream that ended without an event still had a step
             yield StartStepChunk()
         if reasoning_id is not None:

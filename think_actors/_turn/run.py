@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..hooks import ContextOverflowConfig, StepResult, StopCondition
+from ..hooks import ContextOverflowConfig, StepResult, StopCondition, StreamTransform
 from ..models import ModelClient, Usage
 from ..tools import Tool
 from .abort import AbortSignal
@@ -90,6 +90,7 @@ class TurnRun:
     cost_usd: float | None = None
     stats: TurnStats = field(default_factory=TurnStats)  # shared by the turn's attempts
     journal: Any = None  # the attempt's TurnJournal while its stream runs (tool calls write the log with effects)
+    transform: StreamTransform | None = None  # TurnConfig.transform: rewrites each step's model stream
 
     @property
     def agent(self) -> Any:

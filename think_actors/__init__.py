@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from . import logs, metrics, testing
+from . import logs, mcp, metrics, testing
 from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
 from .chunks import (
@@ -215,6 +215,7 @@ __all__ = [
     "list_agents",
     "log_context",
     "logs",
+    "mcp",
     "metrics",
     "open_store",
     "parse_chunk",

@@ -1,0 +1,259 @@
+"""One MCP server's connection: the SDK's ``ClientSession`` over stdio or streamable HTTP, kept alive and renewed.
+
+The session lives in a task of its own (``_run``): the SDK's transports are anyio task groups, which must be
+entered and left by one task, while tool calls come from the turns' tasks. The transport's read stream is
+relayed to the session, so the end of the stream (a stdio server that exited, an HTTP stream that died) is
+seen at once: the connection is marked lost, calls in flight fail with a clear error, and the next call
+connects again. A call is never retried by this module: whether re-running it is safe is the turn's decision
+(the effect ledger and ``reconcile_tool_call``), not the transport's.
+
+``tools/list_changed`` notifications trigger a new listing in the background; the agent's tool set picks it up
+at the next turn (a running turn keeps the tools it started with).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.message import SessionMessage
+from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from pydantic import ValidationError
+
+from .config import ConnectionState, McpServerConfig
+from .results import McpToolError
+
+__all__ = ["ConnectionState", "McpConnection"]
+
+log = logging.getLogger(__name__)
+
+_CLIENT_INFO = types.Implementation(name="think_actors", version="0.1.0")
+
+
+class McpConnection:
+    """A client of one MCP server: connects on ``start()``, lists its tools, calls them, reconnects when lost.
+
+    Args:
+        config: The server.
+        on_tools_changed: Called (no arguments) after each new listing of the server's tools.
+    """
+
+    def __init__(self, config: McpServerConfig, *, on_tools_changed: Callable[[], None] | None = None):
+        self.config = config
+        self.state: ConnectionState = "connecting"
+        self.error: str | None = None
+        self.tools: list[types.Tool] = []
+        """The server's latest tool listing (kept while the connection is lost: the next call reconnects)."""
+        self.listings = 0
+        """How many listings have arrived (the first connect's, reconnects' and list_changed refreshes)."""
+        self.connects = 0
+        """How many times a session became ready."""
+        self._on_tools_changed = on_tools_changed
+        self._session: ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event = asyncio.Event()
+        self._stop: asyncio.Event = asyncio.Event()
+        self._refresh: asyncio.Event = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"McpConnection({self.config.name!r}, {self.state})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start connecting in the background, unless a session runs or is being set up."""
+        if self._closed:
+            return
+        if self._task is not None and not self._task.done():
+            return
+        self.state, self.error = "connecting", None
+        self._ready, self._stop = asyncio.Event(), asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.config.name}")
+
+    async def wait_ready(self, timeout_s: float | None = None) -> bool:
+        """Wait until connected or failed (at most ``timeout_s``); whether the server is ready."""
+        self.start()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._ready.wait()
+        return self.state == "ready"
+
+    async def close(self) -> None:
+        """End the session (a stdio server's process is stopped); no later call reconnects."""
+        self._closed = True
+        task = self._task
+        self._stop.set()
+        if task is not None and not task.done():
+            try:
+                async with asyncio.timeout(10):
+                    await asyncio.shield(task)
+            except TimeoutError:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+        self.state = "closed"
+
+    def _lost(self, reason: str) -> None:
+        if self.state == "ready":
+            log.warning("MCP server %r: %s; the next call reconnects", self.config.name, reason)
+            self.state, self.error = "failed", reason
+        self._stop.set()
+
+    # ------------------------------------------------------------------ the session's task
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            params = StdioServerParameters(command=cfg.command or "", args=list(cfg.args), env=cfg.env, cwd=cfg.cwd)
+            async with stdio_client(params) as streams:
+                yield streams
+        else:
+            timeout = httpx2.Timeout(cfg.connect_timeout_s, read=max(300.0, cfg.call_timeout_s))
+            async with (
+                httpx2.AsyncClient(headers=cfg.headers, timeout=timeout) as client,
+                streamable_http_client(cfg.url or "", http_client=client) as streams,
+            ):
+                yield streams
+
+    async def _run(self) -> None:
+        cfg = self.config
+        try:
+            async with self._transport() as (read, write), anyio.create_task_group() as group:
+                relay_send, relay_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+
+                async def relay() -> None:
+                    async with relay_send:
+                        async for item in read:
+                            await relay_send.send(item)
+                    self._lost("the server closed the connection (it exited or crashed)")
+
+                group.start_soon(relay)
+                async with ClientSession(
+                    relay_receive, write, message_handler=self._on_message, client_info=_CLIENT_INFO
+                ) as session:
+                    with anyio.fail_after(cfg.connect_timeout_s):
+                        await session.initialize()
+                        await self._list(session)
+                    self._session = session
+                    self.state, self.error = "ready", None
+                    self.connects += 1
+                    self._ready.set()
+                    group.start_soon(self._refresher, session)
+                    await self._stop.wait()
+                group.cancel_scope.cancel()
+        except Exception as err:
+            if not self._stop.is_set():
+                self.state, self.error = "failed", _describe(err, cfg)
+                log.warning("MCP server %r failed: %s", cfg.name, self.error)
+        finally:
+            self._session = None
+            if self.state in ("ready", "connecting"):
+                self.state = "failed"
+                self.error = self.error or "the connection ended"
+            self._ready.set()
+
+    async def _list(self, session: ClientSession) -> None:
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        while True:
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        self.tools = tools
+        self.listings += 1
+        if self._on_tools_changed is not None:
+            self._on_tools_changed()
+
+    async def _refresher(self, session: ClientSession) -> None:
+        while True:
+            await self._refresh.wait()
+            self._refresh.clear()
+            try:
+                with anyio.fail_after(self.config.connect_timeout_s):
+                    await self._list(session)
+            except Exception as err:
+                log.warning("MCP server %r: listing its changed tools failed: %s", self.config.name, err)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._refresh.set()  # listed by the refresher: awaiting the server here would stall its reader
+        elif isinstance(message, Exception):
+            log.warning("MCP server %r: transport error: %s", self.config.name, message)
+
+    # ------------------------------------------------------------------ calls
+
+    async def _ensure_session(self) -> ClientSession:
+        async with self._lock:  # concurrent calls after a loss reconnect once
+            if self._closed:
+                raise McpToolError(f"MCP server {self.config.name!r} was removed from the agent")
+            if self._session is None or self._stop.is_set():
+                if self._task is not None and not self._task.done():
+                    self._stop.set()
+                    await asyncio.gather(self._task, return_exceptions=True)
+                self._task = None
+                await self.wait_ready(self.config.connect_timeout_s + 1)
+            if self._session is None:
+                raise McpToolError(
+                    f"MCP server {self.config.name!r} ({self.config.describe()}) is not connected: "
+                    f"{self.error or 'connecting timed out'}"
+                )
+            return self._session
+
+    async def call(self, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """Call the server's tool ``tool_name``; every failure is an ``McpToolError`` with a clear message."""
+        cfg = self.config
+        session = await self._ensure_session()
+        started = time.monotonic()
+        try:
+            # The SDK's own deadline cancels the request on the server; ours is the backstop if it does not fire.
+            async with asyncio.timeout(cfg.call_timeout_s + 5):
+                return await session.call_tool(tool_name, arguments, read_timeout_seconds=cfg.call_timeout_s)
+        except MCPError as err:
+            if err.code == REQUEST_TIMEOUT:
+                raise McpToolError(_timed_out(cfg, tool_name)) from None
+            if err.code == CONNECTION_CLOSED:
+                self._lost("the connection closed during a call")
+                raise McpToolError(
+                    f"MCP server {cfg.name!r} closed the connection while {tool_name!r} ran, after "
+                    f"{time.monotonic() - started:.1f}s (it exited or crashed); the next call reconnects"
+                ) from None
+            raise McpToolError(f"MCP server {cfg.name!r} refused {tool_name!r}: {err.message}") from None
+        except TimeoutError:
+            raise McpToolError(_timed_out(cfg, tool_name)) from None
+        except (ValidationError, RuntimeError) as err:
+            raise McpToolError(f"MCP server {cfg.name!r} returned an invalid result for {tool_name!r}: {err}") from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as err:
+            self._lost(f"the connection broke: {type(err).__name__}")
+            raise McpToolError(
+                f"MCP server {cfg.name!r} lost its connection while {tool_name!r} ran ({type(err).__name__}); "
+                "the next call reconnects"
+            ) from None
+
+
+def _timed_out(cfg: McpServerConfig, tool_name: str) -> str:
+    return f"MCP tool {tool_name!r} of server {cfg.name!r} did not answer within {cfg.call_timeout_s:g}s (timed out)"
+
+
+def _describe(err: BaseException, cfg: McpServerConfig) -> str:
+    """One line for a failed connect: the innermost real error of an exception group, with the server."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    if isinstance(err, TimeoutError):
+        return f"connecting to {cfg.describe()} timed out after {cfg.connect_timeout_s:g}s"
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__

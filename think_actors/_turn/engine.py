@@ -46,6 +46,8 @@ _TURN_CONTEXT_KEY = "chat:turn-context"  # the last body and client tools (refer
 _tool_sink: contextvars.ContextVar[tuple[Engine, Callable[[Any], None]] | None] = contextvars.ContextVar(
     "think_actors_tool_sink", default=None
 )
+# Engines starting in this context: what their start-up calls (a hook, recovery's set-up) finds them started.
+_starting: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar("think_actors_starting", default=frozenset())
 # Engines whose on_chat_response runs in this context: a turn started from the hook fires no hook of its own.
 _in_response_hook: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "think_actors_in_response_hook", default=frozenset()
@@ -146,11 +148,20 @@ class Engine:
         return self._store
 
     async def ensure_started(self) -> None:
-        if self.started:
+        """Start the agent once: load the session and transcript, re-arm, recover interrupted turns.
+
+        Every other caller waits until the whole start-up is done (a call that came while recovery was being
+        set up would not find the recovered turn yet); calls made by the start-up itself go through.
+        """
+        if self.started or id(self) in _starting.get():
             return
         async with self._start_lock:  # concurrent first calls start the agent once
             if not self.started:
-                await self._start()
+                token = _starting.set(_starting.get() | {id(self)})
+                try:
+                    await self._start()
+                finally:
+                    _starting.reset(token)
 
     async def _start(self) -> None:
         session = Session(self.path, self.store)
@@ -163,13 +174,13 @@ class Engine:
         await self.session.load()
         self.messages = await self.store.load_messages()
         await self._restore_turn_context()
-        self.started = True
         await self.interactions.restore()
         # Interrupted turns first: a submission whose turn is being recovered stays running.
         interrupted = {record.request_id for record in await self.store.list_turns()}
         await self.submissions.recover(interrupted)
         await self.recovery.start()  # queued before the drain, so recovered turns go first
         await self.submissions.wake_if_pending()
+        self.started = True  # last: a caller let in now finds every recovered turn queued
 
     async def remember_turn_context(self, body: dict[str, Any] | None, client_tools: list[Tool]) -> None:
         """The custom body and client tools later continuations reuse; stored, so a restart keeps them.

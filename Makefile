@@ -11,6 +11,8 @@ BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat requirements/lock.txt requir
 # Node packages (tests/node/package-lock.json) itself; without npm that one test is skipped (and fails under CI).
 NPM := $(shell command -v npm 2>/dev/null)
 NODE_STAMP := $(if $(NPM),tests/node/node_modules/.installed)
+# The MCP tests start the reference MCP server from npm (tests/mcp_node/package-lock.json), installed the same way.
+MCP_NODE_STAMP := $(if $(NPM),tests/mcp_node/node_modules/.installed)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
@@ -38,6 +40,10 @@ ifneq ($(NPM),)
 $(NODE_STAMP): tests/node/package-lock.json
 	$(NPM) ci --prefix tests/node --no-audit --no-fund --ignore-scripts >/dev/null
 	@touch $(NODE_STAMP)
+
+$(MCP_NODE_STAMP): tests/mcp_node/package-lock.json
+	$(NPM) ci --prefix tests/mcp_node --no-audit --no-fund --ignore-scripts >/dev/null
+	@touch $(MCP_NODE_STAMP)
 endif
 
 install: $(STAMP) ## Create .venv and install the hash-pinned lock (requirements/lock.txt)
@@ -48,7 +54,7 @@ demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt
 serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="--app mymodule --port 8787 --local")
 	$(VENV)/bin/think-actors serve $(ARGS)
 
-test: $(STAMP) $(NODE_STAMP) ## Run the whole test suite, Ray tests included
+test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)
 
 lint: $(STAMP) ## ruff format check and lint

@@ -116,10 +116,11 @@ def stdio(
 ) -> McpServerConfig:
     """An MCP server the agent starts as a subprocess, e.g. ``stdio("npx", "-y", "@modelcontextprotocol/server-x")``.
 
-    Without ``name``, the name comes from the last argument (or the command): ``server-x`` here.
+    Without ``name``, the name comes from the first argument that is not an option (or the command):
+    ``server-x`` here.
     """
     return McpServerConfig(
-        name=name or _default_name(args[-1] if args else command),
+        name=name or _default_name(next((a for a in args if not a.startswith("-")), command)),
         transport="stdio",
         command=command,
         args=tuple(args),

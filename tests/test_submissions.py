@@ -293,7 +293,7 @@ async def test_listing_and_deleting_submissions() -> None:
 
 
 async def test_the_newest_submissions_are_listed_past_the_default_limit(durable_location: str) -> None:
-    # 120 rows, more than a listing's default 100: the newest is listed, the oldest twenty are not.
+    # 120 rows, more than a listing's default 50 and its most, 100 (Think's): the newest are listed.
     store = ta.open_store(durable_location, "submitter/many")
     for i in range(120):
         record = SubmissionRecord(
@@ -306,8 +306,33 @@ async def test_the_newest_submissions_are_listed_past_the_default_limit(durable_
         await store.insert_submission(record)
     agent = make(ScriptedModel(), store)
     listed = [s.submission_id for s in await agent.list_submissions()]
-    assert listed == [f"s{i:03}" for i in range(119, 19, -1)]
+    assert listed == [f"s{i:03}" for i in range(119, 69, -1)]
+    assert len(await agent.list_submissions(limit=500)) == 100
     assert [s.submission_id for s in await agent.list_submissions("completed", limit=1)] == ["s119"]
+    await agent.close()
+    await close_pools()
+
+
+async def test_the_earliest_finished_submissions_are_deleted_first(durable_location: str) -> None:
+    # Accepted a, b, c; finished b, c, a (Think deletes by completion time, then acceptance time).
+    store = ta.open_store(durable_location, "submitter/finished")
+    for name, created, completed in (("a", 1.0, 30.0), ("b", 2.0, 10.0), ("c", 3.0, 20.0), ("d", 4.0, 20.0)):
+        record = SubmissionRecord(
+            submission_id=name,
+            request_id=name,
+            status="completed",
+            messages=[ta.user_message(name)],
+            created_at=1_000.0 + created,
+            completed_at=1_000.0 + completed,
+        )
+        await store.insert_submission(record)
+    agent = make(ScriptedModel(), store)
+    assert await agent.delete_submissions(limit=1) == 1
+    assert sorted(s.submission_id for s in await agent.list_submissions()) == ["a", "c", "d"]
+    assert await agent.delete_submissions(completed_before=1_025.0, limit=1) == 1  # c and d tie: c was first
+    assert sorted(s.submission_id for s in await agent.list_submissions()) == ["a", "d"]
+    assert await agent.delete_submissions(completed_before=1_025.0) == 1  # a finished after the cutoff
+    assert [s.submission_id for s in await agent.list_submissions()] == ["a"]
     await agent.close()
     await close_pools()
 

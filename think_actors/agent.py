@@ -465,9 +465,9 @@ class Think:
         await self._engine.ensure_started()
         return await self._engine.submissions.inspect(submission_id)
 
-    async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 100) -> list[Submission]:
+    async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 50) -> list[Submission]:
         """Submissions (of a status or statuses), newest first (by acceptance time, then id, as Think lists them);
-        ``limit`` (clamped to 1..500) keeps the newest."""
+        ``limit`` (clamped to 1..100, as Think's) keeps the newest."""
         await self._engine.ensure_started()
         return await self._engine.submissions.list_some(status, limit)
 
@@ -484,7 +484,10 @@ class Think:
     async def delete_submissions(
         self, status: str | Sequence[str] | None = None, *, completed_before: float | None = None, limit: int = 100
     ) -> int:
-        """Delete final submissions (of ``status``, completed before a unix time); returns how many."""
+        """Delete final submissions (of ``status``, completed before a unix time); returns how many.
+
+        The earliest finished go first (by completion time, then acceptance time, as Think deletes them); ``limit``
+        is clamped to 1..500."""
         await self._engine.ensure_started()
         return await self._engine.submissions.delete_many(status, completed_before, limit)
 

@@ -74,7 +74,7 @@ class LocalAgentHandle:
     async def inspect_submission(self, submission_id: str) -> Any:
         return await self.agent.inspect_submission(submission_id)
 
-    async def list_submissions(self, status: Any = None, limit: int = 100) -> Any:
+    async def list_submissions(self, status: Any = None, limit: int = 50) -> Any:
         return await self.agent.list_submissions(status, limit)
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:

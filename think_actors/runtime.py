@@ -586,7 +586,7 @@ class AgentHandle:
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]
 
-    async def list_submissions(self, status: Any = None, limit: int = 100) -> list[Submission]:
+    async def list_submissions(self, status: Any = None, limit: int = 50) -> list[Submission]:
         return await self._forward("list_submissions", status, limit)  # type: ignore[no-any-return]
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:

@@ -92,7 +92,9 @@ class Submissions:
     async def list_some(self, status: str | Sequence[str] | None, limit: int) -> list[Submission]:
         statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
         # Newest first, as Think lists them: the limit keeps the newest, so the newest is always listed.
-        records = await self.engine.store.list_submissions(statuses=statuses, limit=_clamp(limit), newest_first=True)
+        records = await self.engine.store.list_submissions(
+            statuses=statuses, limit=_clamp(limit, LIST_LIMIT_MAX), newest_first=True
+        )
         return [Submission.of(r) for r in records]
 
     async def cancel(self, submission_id: str, reason: str | None) -> bool:
@@ -123,12 +125,15 @@ class Submissions:
         wanted = [status] if isinstance(status, str) else list(status) if status is not None else None
         statuses = [s for s in (wanted or TERMINAL_SUBMISSION_STATUSES) if s in TERMINAL_SUBMISSION_STATUSES]
         records = await self.engine.store.list_submissions(statuses=sorted(statuses))
+        if completed_before is not None:
+            records = [r for r in records if r.completed_at is not None and r.completed_at < completed_before]
+        # The earliest finished first, as Think deletes them (a final row without a completion time by its
+        # acceptance time); the store's order (by acceptance) breaks ties.
+        records.sort(key=lambda r: (r.completed_at if r.completed_at is not None else r.created_at, r.created_at))
         deleted = 0
         for record in records:
-            if deleted >= _clamp(limit):
+            if deleted >= _clamp(limit, DELETE_LIMIT_MAX):
                 break
-            if completed_before is not None and (record.completed_at or 0) >= completed_before:
-                continue
             deleted += await self.delete(record.submission_id)
         return deleted
 
@@ -312,7 +317,11 @@ class Submissions:
             self._changed.notify_all()
 
 
-def _clamp(limit: int) -> int:
+LIST_LIMIT_MAX = 100  # Think's clamps: a listing keeps at most 100, a bulk delete removes at most 500
+DELETE_LIMIT_MAX = 500
+
+
+def _clamp(limit: int, most: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise ConfigurationError(f"limit must be an int, got {limit!r}")
-    return max(1, min(500, limit))
+    return max(1, min(most, limit))

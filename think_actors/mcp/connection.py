@@ -28,8 +28,9 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
+from .adapter import ListedTool
 from .config import ConnectionState, McpServerConfig
-from .results import McpToolError
+from .results import McpToolError, to_output
 
 __all__ = ["ConnectionState", "McpConnection"]
 
@@ -50,7 +51,7 @@ class McpConnection:
         self.config = config
         self.state: ConnectionState = "connecting"
         self.error: str | None = None
-        self.tools: list[types.Tool] = []
+        self.tools: list[ListedTool] = []
         """The server's latest tool listing (kept while the connection is lost: the next call reconnects)."""
         self.listings = 0
         """How many listings have arrived (the first connect's, reconnects' and list_changed refreshes)."""
@@ -175,7 +176,7 @@ class McpConnection:
             cursor = page.next_cursor
             if not cursor:
                 break
-        self.tools = tools
+        self.tools = [_listed(t) for t in tools]
         self.listings += 1
         if self._on_tools_changed is not None:
             self._on_tools_changed()
@@ -215,6 +216,10 @@ class McpConnection:
                 )
             return self._session
 
+    async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call the server's tool ``tool_name``: its output, or an ``McpToolError`` (``isError`` included)."""
+        return to_output(await self.call(tool_name, arguments))
+
     async def call(self, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         """Call the server's tool ``tool_name``; every failure is an ``McpToolError`` with a clear message."""
         cfg = self.config
@@ -244,6 +249,19 @@ class McpConnection:
                 f"MCP server {cfg.name!r} lost its connection while {tool_name!r} ran ({type(err).__name__}); "
                 "the next call reconnects"
             ) from None
+
+
+def _listed(tool: types.Tool) -> ListedTool:
+    hints = tool.annotations
+    title = tool.title or (hints.title if hints else None)
+    text = tool.description or ""
+    return ListedTool(
+        name=tool.name,
+        description=f"{title}: {text}" if title and text and title not in text else text or title or tool.name,
+        input_schema=dict(tool.input_schema or {}),
+        read_only=bool(hints and hints.read_only_hint),
+        idempotent=bool(hints and hints.idempotent_hint),
+    )
 
 
 def _timed_out(cfg: McpServerConfig, tool_name: str) -> str:

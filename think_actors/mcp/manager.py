@@ -15,16 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from ..tools import Tool
-from .adapter import McpCaller, mcp_tool
+from .adapter import ListedTool, McpCaller, mcp_tool
 from .config import ConnectionState, McpServerConfig
-
-if TYPE_CHECKING:
-    from mcp import types
 
 __all__ = ["McpManager", "McpServerState", "ServerConnection"]
 
@@ -35,7 +32,7 @@ class ServerConnection(McpCaller, Protocol):
     config: McpServerConfig
     state: ConnectionState
     error: str | None
-    tools: list[types.Tool]
+    tools: list[ListedTool]
     listings: int
 
     def start(self) -> None: ...

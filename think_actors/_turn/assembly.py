@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
 
 from ..messages import UIMessage
@@ -10,18 +11,19 @@ from .engine import Engine
 
 
 async def assemble_history(
-    engine: Engine, request_id: str | None, branch_from: str | None = None
+    engine: Engine, request_id: str | None, branch_from: str | None = None, spare: Container[str] = ()
 ) -> tuple[list[UIMessage], list[dict[str, Any]]]:
     """The repaired transcript and the model messages made of it (compaction overlay applied, older truncated).
 
-    ``branch_from`` (a regeneration) cuts the transcript after that message: the new reply answers it.
+    ``branch_from`` (a regeneration) cuts the transcript after that message: the new reply answers it. The calls
+    in ``spare`` are left unrepaired (recovery is about to run them).
     """
     history = engine.messages
     if branch_from is not None:
         ids = [m.id for m in history]
         if branch_from in ids:
             history = history[: ids.index(branch_from) + 1]
-    repaired, changed, repaired_ids = repair_transcript(history, engine.agent.repair_interrupted_tool_part)
+    repaired, changed, repaired_ids = repair_transcript(history, engine.agent.repair_interrupted_tool_part, spare)
     for message in changed:
         await engine.replace(message)
     if repaired_ids:

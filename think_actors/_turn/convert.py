@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from ..messages import (
@@ -43,9 +43,10 @@ def _normalize_input(value: Any) -> tuple[Any, bool]:
 
 
 def repair_transcript(
-    messages: list[UIMessage], repair: Callable[[ToolPart], Any]
+    messages: list[UIMessage], repair: Callable[[ToolPart], Any], spare: Container[str] = ()
 ) -> tuple[list[UIMessage], list[UIMessage], list[str]]:
-    """Repair every unsettled tool part (except ``approval-responded``) and normalise tool inputs.
+    """Repair every unsettled tool part (except ``approval-responded`` and the calls in ``spare``, which are about
+    to run) and normalise tool inputs.
 
     Returns the repaired transcript, the messages that changed (to persist) and the repaired tool call ids.
     """
@@ -60,7 +61,12 @@ def repair_transcript(
         dirty = False
         for part in message.parts:
             if isinstance(part, ToolPart):
-                if part.state not in ("output-available", "output-error", "output-denied", "approval-responded"):
+                if part.state not in (
+                    "output-available",
+                    "output-error",
+                    "output-denied",
+                    "approval-responded",
+                ) and (not spare or part.tool_call_id not in spare):
                     replacement = repair(part)
                     repaired_ids.append(part.tool_call_id)
                     dirty = True

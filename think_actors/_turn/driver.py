@@ -84,6 +84,9 @@ class TurnSpec:
     output: Any = None  # structured output type, unless before_turn sets one
     submission_id: str | None = None
     branch_from: str | None = None  # a regeneration: the id of the message the new reply answers
+    # Tool calls recovery runs before the model's turn: the transcript repair leaves them waiting, so a crash
+    # before they ran does not leave them stored as "interrupted" (the next recovery runs them again).
+    reruns: frozenset[str] = frozenset()
     recover: Any = None  # the TurnRecord of an interrupted turn this turn recovers
     should_apply: Callable[[], Awaitable[bool]] | None = None  # checked before the input is appended (submissions)
     on_applied: Callable[[], Awaitable[None]] | None = None  # after the input was appended
@@ -153,7 +156,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
     """Assemble the turn and apply ``before_turn``; raises on setup failures (stage ``turn``)."""
     agent = engine.agent
     try:
-        repaired, model_messages = await assemble_history(engine, spec.request_id, spec.branch_from)
+        repaired, model_messages = await assemble_history(engine, spec.request_id, spec.branch_from, spec.reruns)
     except Exception as err:
         raise _StageError("transcript", err) from err
     if not model_messages:

@@ -309,7 +309,9 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             return
 
         if reruns and partial is not None:
+            spec.reruns = frozenset(p.tool_call_id for p in reruns)
             run = await prepare(engine, spec)
+            spec.reruns = frozenset()  # settled now or by run_pending: the model's turn repairs anything left
             async with aclosing(run_pending(engine, run, partial, reruns)) as running:
                 async for chunk in running:
                     if journal.add(chunk):  # logged before anyone sees it, in the partial's segment

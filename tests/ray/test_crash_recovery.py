@@ -6,15 +6,20 @@ point: the user's message exists once; every tool call has exactly one settled r
 recorded ran twice (side effects are counted in a separate actor); calls in doubt went through
 ``reconcile_tool_call``; the transcript is the uncrashed run's but for the model's continuation text and the
 in-doubt results; the submission is completed. SQLite is the store (the in-memory store does not outlive a crash).
+
+Every test here runs beside a CPU-burning process (one core's worth): restarts race with start-up on a busy machine
+(stack-notes, "The actor is restarting"), so the crashes are tested where they break most.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from cpu_load import burning_cpus
 from ray_agents import CrashAgent, CrashControl
 
 import think_actors as ta
@@ -45,6 +50,13 @@ CRASH_POINTS = [
     "submission:completed",
 ]
 CALLS = {"call-charge": "charge", "call-note": "note", "call-lookup": "lookup"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def busy_machine() -> Iterator[None]:
+    """A process spinning on one core for the whole module."""
+    with burning_cpus(1):
+        yield
 
 
 async def through_restarts(call: Any, timeout_s: float = 60) -> Any:

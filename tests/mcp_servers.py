@@ -2,7 +2,8 @@
 
 ``python tests/mcp_servers.py stdio`` speaks on stdin/stdout; ``python tests/mcp_servers.py http PORT`` serves
 streamable HTTP on 127.0.0.1:PORT/mcp. ``MCP_TEST_LOG`` names a file each tool call appends a line to
-(``<tool> <argument>``), so a test can see what ran on the server, how often, and when a call began.
+(``<tool> <argument>``), so a test can see what ran on the server, how often, and when a call began;
+``MCP_TEST_STARTS`` one each process appends its pid to when it starts.
 """
 
 from __future__ import annotations
@@ -131,6 +132,10 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
+    starts = os.environ.get("MCP_TEST_STARTS")
+    if starts:  # one line per server process: how many processes the agents started
+        with open(starts, "a") as f:
+            f.write(f"{os.getpid()}\n")
     if sys.argv[1] == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -36,6 +36,9 @@ from .errors import (
 )
 from .hooks import TurnResult
 from .logs import configure_logging, set_process_agent
+from .mcp import McpServerConfig, McpServerState
+from .mcp.manager import local_connect
+from .mcp.shared import ray_connect
 from .messages import UIMessage
 from .models import set_model_resolver
 from .observability import Event
@@ -637,6 +640,28 @@ class AgentHandle:
         """``Think.remember_chat_terminal`` on the actor."""
         await self._forward("remember_chat_terminal", record)
 
+    async def add_mcp_server(
+        self, server: McpServerConfig | str, *, timeout_s: float | None = None, **options: Any
+    ) -> McpServerState:
+        """``Think.add_mcp_server`` on the actor (the connection lives there, or in the node's shared actor)."""
+        state: McpServerState = await self._forward("add_mcp_server", server, timeout_s=timeout_s, **options)
+        return state
+
+    async def remove_mcp_server(self, name: str) -> bool:
+        """``Think.remove_mcp_server`` on the actor."""
+        removed: bool = await self._forward("remove_mcp_server", name)
+        return removed
+
+    async def get_mcp_servers(self) -> dict[str, McpServerState]:
+        """``Think.get_mcp_servers`` on the actor."""
+        states: dict[str, McpServerState] = await self._forward("get_mcp_servers")
+        return states
+
+    async def wait_for_mcp_connections(self, timeout_s: float | None = 10.0) -> dict[str, McpServerState]:
+        """``Think.wait_for_mcp_connections`` on the actor."""
+        states: dict[str, McpServerState] = await self._forward("wait_for_mcp_connections", timeout_s)
+        return states
+
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._invoke("forward", method, args, kwargs)
 
@@ -703,6 +728,10 @@ _FORWARDED_METHODS = frozenset(
         "delete_submission",
         "delete_submissions",
         "wait_for_submission",
+        "add_mcp_server",
+        "remove_mcp_server",
+        "get_mcp_servers",
+        "wait_for_mcp_connections",
     }
 )
 
@@ -755,6 +784,8 @@ class AgentHost:
         self.config = config
         self.agent = agent_class(name, path=path, **options)
         self.agent._engine.runtime = _ActorRuntime(self.agent, config)
+        # MCP servers declared shared=True are connected once per node by a named actor, the others in this one.
+        self.agent._mcp.set_connect(ray_connect(config.namespace, local_connect))
         self.path = path
         self._calls = 0
         self._last_work = time.monotonic()
@@ -772,6 +803,10 @@ class AgentHost:
 
     async def _start_agent(self) -> None:
         """Load the agent, which schedules the recovery of interrupted turns and the pending submissions."""
+        if self.agent.mcp_servers:
+            # Connected before the agent starts (Think's waitForMcpConnections), after a restart or a wake too: the
+            # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints.
+            await self.agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in self.agent.mcp_servers) + 5)
         try:
             await self.agent.load_messages()
         except Exception:
@@ -891,7 +926,8 @@ class AgentHost:
     async def forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if method not in _FORWARDED_METHODS:
             raise ConfigurationError(f"{method!r} is not an agent method a handle may call")
-        return await getattr(self.agent, method)(*args, **kwargs)
+        result = getattr(self.agent, method)(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result  # get_mcp_servers is synchronous
 
     @_counted
     async def events(self, channel: str) -> AsyncIterator[list[Any]]:

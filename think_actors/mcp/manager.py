@@ -23,7 +23,7 @@ from ..tools import Tool
 from .adapter import ListedTool, McpCaller, mcp_tool
 from .config import ConnectionState, McpServerConfig
 
-__all__ = ["McpManager", "McpServerState", "ServerConnection"]
+__all__ = ["Connect", "McpManager", "McpServerState", "ServerConnection", "local_connect"]
 
 
 class ServerConnection(McpCaller, Protocol):
@@ -63,7 +63,7 @@ class McpServerState(BaseModel):
 Connect = Callable[[McpServerConfig, Callable[[], None]], ServerConnection]
 
 
-def _local(config: McpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
+def local_connect(config: McpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
     # Imported here, not at the top: the SDK costs a second or more to import, and an agent without MCP
     # servers (most agents, every actor process) must not pay it. No cycle: connection imports only config and
     # results.
@@ -81,7 +81,7 @@ class McpManager:
     """
 
     def __init__(self, declared: Iterable[McpServerConfig] = (), *, connect: Connect | None = None):
-        self._connect = connect or _local
+        self._connect = connect or local_connect
         self._configs: dict[str, McpServerConfig] = {}
         for config in declared:
             if config.name in self._configs:

@@ -15,7 +15,7 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import EmbeddedResource, ImageContent, TextContent, TextResourceContents, ToolAnnotations
+from mcp.types import CallToolResult, EmbeddedResource, ImageContent, TextContent, TextResourceContents, ToolAnnotations
 from pydantic import BaseModel
 
 # A 1x1 transparent PNG.
@@ -85,6 +85,17 @@ async def sleep(seconds: float) -> str:
     _log(f"sleep {seconds}")
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
+
+
+@server.tool()
+def broken() -> Sum:
+    """Answers with structured content its own output schema refuses (the client must not accept it)."""
+    _log("broken -")
+    return CallToolResult(content=[TextContent(type="text", text="oops")], structured_content={"total": "many"})  # type: ignore[return-value]
+
+
+# This server breaks the protocol on purpose: it advertises broken's output schema but never checks its results.
+server._tool_manager.get_tool("broken").fn_metadata.output_model = None  # type: ignore[union-attr]
 
 
 @server.tool()

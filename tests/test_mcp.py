@@ -170,7 +170,20 @@ def text_output(value: str) -> dict[str, Any]:
 async def test_tools_are_listed_with_the_prefix_the_schema_and_the_hints(agents: Any, server_log: ServerLog) -> None:
     agent = agents(stdio_server(server_log), stdio_server(server_log, name="bare", prefix=""))
     states = await agent.wait_for_mcp_connections(WAIT_S)
-    names = ["add", "crash", "document", "echo", "grow", "header", "lookup", "pay", "pixel", "refuse", "sleep"]
+    names = [
+        "add",
+        "broken",
+        "crash",
+        "document",
+        "echo",
+        "grow",
+        "header",
+        "lookup",
+        "pay",
+        "pixel",
+        "refuse",
+        "sleep",
+    ]
     assert {n: (s.state, s.error, s.tool_count) for n, s in states.items()} == {
         "t": ("ready", None, len(names)),
         "bare": ("ready", None, len(names)),
@@ -321,6 +334,23 @@ async def test_an_is_error_result_is_a_tool_error_and_the_turn_goes_on(agents: A
 # ------------------------------------------------------------------ failures
 
 
+async def test_an_invalid_result_is_a_clear_tool_error(agents: Any, server_log: ServerLog) -> None:
+    model = ScriptedModel(
+        [tool_call("t_broken", {}, id="b"), tool_call("t_echo", {"text": "fine"}, id="e"), text("ok")]
+    )
+    agent = agents(stdio_server(server_log), model=model)
+    await agent.wait_for_mcp_connections(WAIT_S)
+    await agent.save_messages("break it")
+    assert tool_parts(agent) == {
+        "b": (
+            "output-error",
+            "MCP server 't' returned an invalid result for 'broken': "
+            "Invalid structured content returned by tool broken: 'terms' is a required property",
+        ),
+        "e": ("output-available", text_output("fine")),
+    }
+
+
 async def test_a_slow_server_hits_the_call_timeout_and_the_connection_stays(agents: Any, server_log: ServerLog) -> None:
     model = ScriptedModel(
         [tool_call("t_sleep", {"seconds": 30}, id="slow"), tool_call("t_echo", {"text": "quick"}, id="q"), text("ok")]
@@ -358,7 +388,7 @@ async def test_a_server_killed_mid_call_is_a_tool_error_and_the_next_call_reconn
     )
     assert agent.get_messages()[-1].text == "it crashed"
     assert agent.get_mcp_servers()["t"].state == "failed"
-    assert agent.get_mcp_servers()["t"].tool_count == 11  # the tools stay: their next call reconnects
+    assert agent.get_mcp_servers()["t"].tool_count == 12  # the tools stay: their next call reconnects
     await agent.save_messages("again")
     assert tool_parts(agent)["e"] == ("output-available", text_output("again"))
     assert agent.get_mcp_servers()["t"].state == "ready"
@@ -395,7 +425,7 @@ async def test_servers_are_added_and_removed_at_run_time(agents: Any, server_log
     await agent.save_messages("anything?")
     assert agent.get_mcp_servers() == {} and offered(model.requests[0]) == []
     state = await agent.add_mcp_server(stdio_server(server_log, name="late"))
-    assert (state.name, state.state, state.tool_count) == ("late", "ready", 11)
+    assert (state.name, state.state, state.tool_count) == ("late", "ready", 12)
     await agent.save_messages("echo")
     assert tool_parts(agent)["e"] == ("output-available", text_output("hello"))
     assert await agent.remove_mcp_server("late") is True

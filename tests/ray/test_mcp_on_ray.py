@@ -115,7 +115,7 @@ ECHO = {"content": [{"type": "text", "text": "from ray"}], "structuredContent": 
 async def test_an_agent_actor_uses_the_servers_tools_through_its_hooks(unique: str, tmp_path: Path) -> None:
     agent = await ta.spawn(McpOnRay, unique, log_dir=str(tmp_path))
     states = await agent.wait_for_mcp_connections(WAIT_S)
-    assert (states["t"].state, states["t"].tool_count) == ("ready", 11)
+    assert (states["t"].state, states["t"].tool_count) == ("ready", 12)
     await agent.save_messages("go")
     found = outputs(await agent.get_messages())
     assert found["e"] == ECHO
@@ -123,7 +123,7 @@ async def test_an_agent_actor_uses_the_servers_tools_through_its_hooks(unique: s
     assert sorted(lines(tmp_path / "calls.log")) == ["add 40 2", "echo from ray"]
     assert len(lines(tmp_path / "starts.log")) == 1
     state = await agent.add_mcp_server("late", command=sys.executable, args=[str(SERVERS), "stdio"])
-    assert (state.state, state.tool_count) == ("ready", 11)
+    assert (state.state, state.tool_count) == ("ready", 12)
     assert set((await agent.get_mcp_servers()).keys()) == {"t", "late"}
     assert await agent.remove_mcp_server("late") is True
 
@@ -137,7 +137,7 @@ async def test_shared_servers_start_one_process_per_node_for_many_agents(unique:
     )
     for agent in many:
         states = await agent.wait_for_mcp_connections(WAIT_S)
-        assert (states["t"].state, states["t"].shared, states["t"].tool_count) == ("ready", True, 11)
+        assert (states["t"].state, states["t"].shared, states["t"].tool_count) == ("ready", True, 12)
     await asyncio.gather(*(agent.save_messages("go") for agent in many))
     for agent in many:
         assert outputs(await agent.get_messages())["e"] == ECHO

@@ -242,7 +242,10 @@ class McpConnection:
         except TimeoutError:
             raise McpToolError(_timed_out(cfg, tool_name)) from None
         except (ValidationError, RuntimeError) as err:
-            raise McpToolError(f"MCP server {cfg.name!r} returned an invalid result for {tool_name!r}: {err}") from None
+            first = (str(err).splitlines() or [type(err).__name__])[0]  # jsonschema's message goes on for lines
+            raise McpToolError(
+                f"MCP server {cfg.name!r} returned an invalid result for {tool_name!r}: {first}"
+            ) from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as err:
             self._lost(f"the connection broke: {type(err).__name__}")
             raise McpToolError(

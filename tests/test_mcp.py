@@ -440,14 +440,14 @@ async def test_servers_are_added_and_removed_at_run_time(agents: Any, server_log
 # ------------------------------------------------------------------ streamable HTTP
 
 
-async def test_streamable_http_server_sends_headers_and_reconnects_after_a_restart(
+async def test_streamable_http_sends_headers_survives_a_server_killed_mid_call_and_reconnects(
     agents: Any, http_server: HttpServer, server_log: ServerLog
 ) -> None:
     model = ScriptedModel(
         [
             step(tool_call("h_header", {"name": "X-Team"}, id="h"), tool_call("h_add", {"a": 1, "b": 1}, id="a")),
             text("ok"),
-            tool_call("h_echo", {"text": "down"}, id="down"),
+            tool_call("h_sleep", {"seconds": 60}, id="down"),
             text("it is down"),
             tool_call("h_echo", {"text": "up"}, id="up"),
             text("it is up"),
@@ -461,10 +461,12 @@ async def test_streamable_http_server_sends_headers_and_reconnects_after_a_resta
     assert tool_parts(agent)["h"] == ("output-available", text_output("blue"))
     assert tool_parts(agent)["a"][1]["structuredContent"] == {"total": 2, "terms": [1, 1]}
 
-    await http_server.kill()
-    await agent.save_messages("echo")
-    state, error = tool_parts(agent)["down"]
-    assert state == "output-error" and "'h'" in error
+    turn = asyncio.create_task(agent.save_messages("sleep"))
+    await server_log.wait_for("sleep 60.0")
+    await http_server.kill()  # in the middle of the call
+    await turn
+    assert tool_parts(agent)["down"][0] == "output-error"
+    assert tool_parts(agent)["down"][1].startswith("MCP server 'h' closed the connection while 'sleep' ran")
     assert agent.get_messages()[-1].text == "it is down"
 
     await http_server.start()

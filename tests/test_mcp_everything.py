@@ -173,3 +173,22 @@ async def test_an_agent_uses_the_npm_server_over_streamable_http(agents: Any, ev
         {"content": [{"type": "text", "text": "The sum of 20 and 22 is 42."}]},
     )
     assert agent.get_messages()[-1].text == "42"
+
+
+async def test_progress_notifications_reach_the_stream_live_and_are_not_stored(agents: Any) -> None:
+    model = ScriptedModel(
+        [tool_call("everything_trigger-long-running-operation", {"duration": 1, "steps": 3}, id="long"), text("done")]
+    )
+    agent = agents(everything_stdio(name="everything"), model=model)
+    await agent.wait_for_mcp_connections(WAIT_S)
+    chunks = [c async for c in agent.chat("take your time")]
+    progress = [c for c in chunks if c.type == "data-mcp-progress"]
+    assert [(c.id, c.transient, c.data["toolCallId"], c.data["progress"], c.data["total"]) for c in progress] == [
+        ("long", True, "long", 1, 3),
+        ("long", True, "long", 2, 3),
+        ("long", True, "long", 3, 3),
+    ]
+    kinds = [c.type for c in chunks]
+    assert kinds.index("data-mcp-progress") < kinds.index("tool-output-available")  # live, before the result
+    assert tool_parts(agent)["long"][0] == "output-available"
+    assert not [p for m in agent.get_messages() for p in m.parts if getattr(p, "type", "").startswith("data-")]

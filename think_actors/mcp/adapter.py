@@ -6,6 +6,9 @@ it and the effect ledger records it before it runs. Its input is checked only as
 validates it against its own schema and says what is wrong). A tool the server annotates ``readOnlyHint`` or
 ``idempotentHint`` is idempotent: crash recovery may re-run a call of it whose outcome is unknown.
 
+A server's progress notifications for a running call reach the turn's stream as transient ``data-mcp-progress``
+chunks (``{toolCallId, progress, total, message}``), live, never stored.
+
 A listed tool is plain data (``ListedTool``), not the SDK's model, so a listing crosses actors and an agent whose
 server connection lives in a shared actor never imports the SDK.
 """
@@ -13,13 +16,18 @@ server connection lives in a shared actor never imports the SDK.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..chunks import DataChunk
 from ..tools import Tool, ToolContext
 from .config import McpServerConfig
 
-__all__ = ["ListedTool", "McpCaller", "mcp_tool", "tool_name"]
+__all__ = ["ListedTool", "McpCaller", "Progress", "mcp_tool", "tool_name"]
+
+Progress = Callable[[float, float | None, str | None], None]
+"""Called with ``(progress, total, message)`` for each progress notification of a running call."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64  # the OpenAI tools wire's limit
@@ -39,7 +47,9 @@ class ListedTool:
 class McpCaller(Protocol):
     """What runs a server's tool: a connection in this process, or the proxy of a shared one on Ray."""
 
-    async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def run(
+        self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
+    ) -> dict[str, Any]:
         """The tool's output (see ``results``); raises ``McpToolError`` with the message the model sees."""
         ...
 
@@ -61,7 +71,16 @@ def mcp_tool(config: McpServerConfig, tool: ListedTool, caller: McpCaller) -> To
     server_name = tool.name
 
     async def execute(value: Any, context: ToolContext) -> Any:
-        return await caller.run(server_name, value if isinstance(value, dict) else dict(value))
+        emit = context.emit
+
+        def progress(done: float, total: float | None, message: str | None) -> None:
+            # Transient: a live reader (a UI) shows it; the stored reply keeps only the result.
+            data = {"toolCallId": context.tool_call_id, "progress": done, "total": total, "message": message}
+            if emit is not None:
+                emit(DataChunk(type="data-mcp-progress", id=context.tool_call_id, data=data, transient=True))
+
+        arguments = value if isinstance(value, dict) else dict(value)
+        return await caller.run(server_name, arguments, progress if emit is not None else None)
 
     return Tool(
         tool_name(config, server_name),

@@ -28,7 +28,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from pydantic import ValidationError
 
-from .adapter import ListedTool
+from .adapter import ListedTool, Progress
 from .config import ConnectionState, McpServerConfig
 from .results import McpToolError, to_output
 
@@ -216,11 +216,15 @@ class McpConnection:
                 )
             return self._session
 
-    async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def run(
+        self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
+    ) -> dict[str, Any]:
         """Call the server's tool ``tool_name``: its output, or an ``McpToolError`` (``isError`` included)."""
-        return to_output(await self.call(tool_name, arguments))
+        return to_output(await self.call(tool_name, arguments, on_progress))
 
-    async def call(self, tool_name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
+    ) -> types.CallToolResult:
         """Call the server's tool ``tool_name``; every failure is an ``McpToolError`` with a clear message."""
         cfg = self.config
         session = await self._ensure_session()
@@ -228,7 +232,12 @@ class McpConnection:
         try:
             # The SDK's own deadline cancels the request on the server; ours is the backstop if it does not fire.
             async with asyncio.timeout(cfg.call_timeout_s + 5):
-                return await session.call_tool(tool_name, arguments, read_timeout_seconds=cfg.call_timeout_s)
+                return await session.call_tool(
+                    tool_name,
+                    arguments,
+                    read_timeout_seconds=cfg.call_timeout_s,
+                    progress_callback=_progress_callback(on_progress) if on_progress is not None else None,
+                )
         except MCPError as err:
             if err.code == REQUEST_TIMEOUT:
                 raise McpToolError(_timed_out(cfg, tool_name)) from None
@@ -252,6 +261,13 @@ class McpConnection:
                 f"MCP server {cfg.name!r} lost its connection while {tool_name!r} ran ({type(err).__name__}); "
                 "the next call reconnects"
             ) from None
+
+
+def _progress_callback(on_progress: Progress) -> Any:
+    async def callback(progress: float, total: float | None, message: str | None) -> None:
+        on_progress(progress, total, message)
+
+    return callback
 
 
 def _listed(tool: types.Tool) -> ListedTool:

@@ -25,7 +25,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .adapter import ListedTool
+from .adapter import ListedTool, Progress
 from .config import ConnectionState, McpServerConfig
 from .manager import Connect, ServerConnection
 from .results import McpToolError
@@ -76,7 +76,7 @@ class SharedMcpServer:
         return self._snapshot()
 
     async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return await self._connection.run(tool_name, arguments)
+        return await self._connection.run(tool_name, arguments)  # progress stays here: not streamed back
 
     def pid(self) -> int:
         return os.getpid()
@@ -147,7 +147,10 @@ class SharedConnection:
                 await self._ready.wait()
         return self.state == "ready"
 
-    async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def run(
+        self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
+    ) -> dict[str, Any]:
+        """Run the tool in the node's actor (its progress notifications are not forwarded)."""
         try:
             output: dict[str, Any] = await self._get_actor().run.remote(tool_name, arguments)
             return output

@@ -414,6 +414,20 @@ async def test_list_changed_refreshes_the_tool_set_before_the_next_turn(agents: 
     assert tool_parts(agent)["f"] == ("output-available", text_output("fresh was added"))
 
 
+async def test_a_call_during_the_first_connect_joins_it(server_log: ServerLog) -> None:
+    connection = ta.mcp.McpConnection(stdio_server(server_log))
+    connection.start()
+    try:
+        calls = [connection.run("echo", {"text": str(i)}) for i in range(3)]
+        assert await asyncio.gather(*calls) == [text_output(str(i)) for i in range(3)]
+        assert (connection.state, connection.connects) == ("ready", 1)
+    finally:
+        await connection.close()
+    assert connection.state == "closed"
+    with pytest.raises(ta.mcp.McpToolError, match="was removed from the agent"):
+        await connection.run("echo", {"text": "late"})
+
+
 # ------------------------------------------------------------------ at run time
 
 

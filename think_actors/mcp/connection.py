@@ -94,7 +94,10 @@ class McpConnection:
         self._closed = True
         task = self._task
         self._stop.set()
-        if task is not None and not task.done():
+        if task is not None and not task.done() and self.state != "ready":
+            task.cancel()  # still connecting: nothing to close gracefully
+            await asyncio.gather(task, return_exceptions=True)
+        elif task is not None and not task.done():
             try:
                 async with asyncio.timeout(10):
                     await asyncio.shield(task)
@@ -204,11 +207,9 @@ class McpConnection:
             if self._closed:
                 raise McpToolError(f"MCP server {self.config.name!r} was removed from the agent")
             if self._session is None or self._stop.is_set():
-                if self._task is not None and not self._task.done():
-                    self._stop.set()
-                    await asyncio.gather(self._task, return_exceptions=True)
-                self._task = None
-                await self.wait_ready(self.config.connect_timeout_s + 1)
+                if self._stop.is_set() and self._task is not None:
+                    await asyncio.gather(self._task, return_exceptions=True)  # the lost session winds down
+                await self.wait_ready(self.config.connect_timeout_s + 1)  # joins a connect under way
             if self._session is None:
                 raise McpToolError(
                     f"MCP server {self.config.name!r} ({self.config.describe()}) is not connected: "

@@ -25,7 +25,7 @@ from think_actors.testing import ScriptedModel, step, text, tool_call
 NODE_DIR = Path(__file__).parent / "mcp_node"
 PACKAGE = "@modelcontextprotocol/server-everything"
 NPX = shutil.which("npx")
-WAIT_S = 60.0
+WAIT_S = 90.0  # upper bounds only: on a busy machine npx and node take their time
 
 if NPX is None or not (NODE_DIR / "node_modules" / PACKAGE).is_dir():
     if os.environ.get("CI"):
@@ -38,6 +38,7 @@ if NPX is None or not (NODE_DIR / "node_modules" / PACKAGE).is_dir():
 
 def everything_stdio(**options: Any) -> ta.mcp.McpServerConfig:
     # --no-install: npx runs the pinned copy in tests/mcp_node and never reaches the registry.
+    options.setdefault("connect_timeout_s", WAIT_S)
     return ta.mcp.stdio(NPX or "npx", "--no-install", PACKAGE, "stdio", cwd=str(NODE_DIR), **options)
 
 
@@ -164,7 +165,7 @@ async def test_a_long_operation_of_the_npm_server_hits_the_call_timeout(agents: 
 
 async def test_an_agent_uses_the_npm_server_over_streamable_http(agents: Any, everything_http: str) -> None:
     model = ScriptedModel([tool_call("e_get-sum", {"a": 20, "b": 22}, id="sum"), text("42")])
-    agent = agents(ta.mcp.http(everything_http, name="e", prefix="e_"), model=model)
+    agent = agents(ta.mcp.http(everything_http, name="e", prefix="e_", connect_timeout_s=WAIT_S), model=model)
     states = await agent.wait_for_mcp_connections(WAIT_S)
     assert (states["e"].state, states["e"].transport) == ("ready", "http")
     await agent.save_messages("add")

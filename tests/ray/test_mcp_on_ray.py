@@ -27,7 +27,7 @@ from think_actors.testing import ScriptedModel, step, text, tool_call
 pytestmark = pytest.mark.usefixtures("ray_runtime")
 
 SERVERS = Path(__file__).parent.parent / "mcp_servers.py"
-WAIT_S = 60.0
+WAIT_S = 90.0  # upper bounds only: a busy machine starts actors and servers slowly
 
 
 class McpOnRay(ta.Think):
@@ -47,7 +47,11 @@ class McpOnRay(ta.Think):
             "MCP_TEST_STARTS": os.path.join(log_dir, "starts.log"),
             "MCP_TEST_HOLD_S": str(hold_s),
         }
-        self.mcp_servers = [ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, shared=shared)]
+        self.mcp_servers = [
+            ta.mcp.stdio(
+                sys.executable, str(SERVERS), "stdio", name="t", env=env, shared=shared, connect_timeout_s=WAIT_S
+            )
+        ]
         super().__init__(name, **kwargs)
 
     async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:

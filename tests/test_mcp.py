@@ -204,10 +204,17 @@ async def test_tools_are_listed_with_the_prefix_the_schema_and_the_hints(agents:
 
 
 async def test_a_server_that_cannot_start_is_failed_with_its_error_and_has_no_tools(agents: Any) -> None:
-    agent = agents(ta.mcp.stdio("/nonexistent/mcp-server", name="gone", connect_timeout_s=5))
+    agent = agents(
+        ta.mcp.stdio("/nonexistent/mcp-server", name="gone", connect_timeout_s=WAIT_S),
+        ta.mcp.stdio(sys.executable, "-c", "pass", name="quits", connect_timeout_s=WAIT_S),
+    )
     states = await agent.wait_for_mcp_connections(WAIT_S)
     assert (states["gone"].state, states["gone"].tool_count) == ("failed", 0)
     assert "nonexistent" in (states["gone"].error or "")
+    assert (states["quits"].state, states["quits"].error) == (
+        "failed",
+        "the server closed the connection (it exited or crashed) before the handshake ended",
+    )
     assert agent.get_tools() == []
 
 

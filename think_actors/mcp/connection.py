@@ -113,6 +113,8 @@ class McpConnection:
         if self.state == "ready":
             log.warning("MCP server %r: %s; the next call reconnects", self.config.name, reason)
             self.state, self.error = "failed", reason
+        elif self.state == "connecting" and self.error is None:
+            self.error = f"{reason} before the handshake ended"  # the truth, rather than the SDK's "closed"
         self._stop.set()
 
     # ------------------------------------------------------------------ the session's task
@@ -159,8 +161,8 @@ class McpConnection:
                     await self._stop.wait()
                 group.cancel_scope.cancel()
         except Exception as err:
-            if not self._stop.is_set():
-                self.state, self.error = "failed", _describe(err, cfg)
+            if not self._closed and self.state != "ready":  # a ready session that was lost said so in _lost
+                self.state, self.error = "failed", self.error or _describe(err, cfg)
                 log.warning("MCP server %r failed: %s", cfg.name, self.error)
         finally:
             self._session = None

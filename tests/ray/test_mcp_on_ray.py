@@ -60,6 +60,18 @@ class McpOnRay(ta.Think):
         return None
 
 
+class Grower(McpOnRay):
+    """Adds the tool ``fresh`` to the server (which announces tools/list_changed)."""
+
+    model = ScriptedModel([tool_call("t_grow", {"name": "fresh"}, id="g"), text("grown")])
+
+
+class FreshUser(McpOnRay):
+    """Calls the tool ``fresh`` that another agent had the server add."""
+
+    model = ScriptedModel([tool_call("t_fresh", {}, id="f"), text("used it")])
+
+
 class SleepyMcp(McpOnRay):
     idle_timeout_s = 1.0
 
@@ -152,6 +164,25 @@ async def test_shared_servers_start_one_process_per_node_for_many_agents(unique:
     for agent in own:
         await agent.wait_for_mcp_connections(WAIT_S)
     assert len(lines(own_dir / "starts.log")) == 2  # per agent by default
+
+
+async def test_list_changed_on_a_shared_connection_reaches_every_agent(unique: str, tmp_path: Path) -> None:
+    grower = await ta.spawn(Grower, f"{unique}-g", log_dir=str(tmp_path), shared=True)
+    user = await ta.spawn(FreshUser, f"{unique}-u", log_dir=str(tmp_path), shared=True)
+    for agent in (grower, user):
+        assert (await agent.wait_for_mcp_connections(WAIT_S))["t"].tool_count == 12
+    await grower.save_messages("grow")
+    deadline = time.monotonic() + WAIT_S
+    while "t_fresh" not in (await user.get_mcp_servers())["t"].tools:  # the proxy's long poll brings the listing
+        assert time.monotonic() < deadline, "the other agent never saw the new tool"
+        await asyncio.sleep(0.05)
+    await user.save_messages("use it")
+    fresh = {
+        "content": [{"type": "text", "text": "fresh was added"}],
+        "structuredContent": {"result": "fresh was added"},
+    }
+    assert outputs(await user.get_messages())["f"] == fresh
+    assert len(lines(tmp_path / "starts.log")) == 1
 
 
 async def test_the_connection_comes_back_after_a_restart_and_after_hibernation(unique: str, tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ from think_actors._turn.recovery import UNKNOWN_OUTCOME
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta, Usage
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
-pytestmark = pytest.mark.usefixtures("ray_runtime")
+# Actors and server processes start slowly on a busy 2-core machine: a bound per test above the default 120 s.
+pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
 
 SERVERS = Path(__file__).parent.parent / "mcp_servers.py"
 WAIT_S = 90.0  # upper bounds only: a busy machine starts actors and servers slowly
@@ -204,7 +205,6 @@ async def test_the_connection_comes_back_after_a_restart_and_after_hibernation(u
     assert list(outputs(await agent.get_messages()).values()).count(ECHO) == 3
 
 
-@pytest.mark.timeout(180)
 async def test_a_call_in_doubt_after_the_actor_is_killed_mid_call_is_reconciled(unique: str, tmp_path: Path) -> None:
     agent = await ta.spawn(PayOnRay, unique, log_dir=str(tmp_path), hold_s=600)
     await agent.wait_for_mcp_connections(WAIT_S)

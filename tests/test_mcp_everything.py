@@ -65,7 +65,7 @@ async def everything_http() -> AsyncIterator[str]:
         PACKAGE,
         "streamableHttp",
         cwd=str(NODE_DIR),
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PORT": str(port), "HOME": str(NODE_DIR)},
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PORT": str(port), "HOME": os.environ.get("HOME", "/")},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )

@@ -64,6 +64,25 @@ class AgentDirectory:
         raise NotImplementedError
 
 
+async def _mcp_state(agent: Any) -> dict[str, Any]:
+    """The ``mcp`` field of the agent's ``cf_agent_mcp_servers`` frame: its MCP servers' states (a Ray handle's
+    ``get_mcp_servers``, or the in-process agent's); the empty state for an agent that has none or cannot say."""
+    from ..delegation import LocalAgentHandle
+
+    target = agent.agent if isinstance(agent, LocalAgentHandle) else agent
+    get = getattr(target, "get_mcp_servers", None)
+    if get is None:
+        return protocol.EMPTY_MCP_STATE
+    try:
+        states = get()
+        if asyncio.iscoroutine(states):
+            states = await states
+    except Exception:
+        log.warning("the MCP servers' states of %s could not be read: sent as none", target, exc_info=True)
+        return protocol.EMPTY_MCP_STATE
+    return protocol.mcp_servers_state(states) if states else protocol.EMPTY_MCP_STATE
+
+
 class LocalDirectory(AgentDirectory):
     """Agents as objects in the gateway's own process (tests, a single-process app)."""
 
@@ -301,14 +320,15 @@ class Gateway:
                 await self._offer_resume(ws, room, None)
             else:
                 await self._send_messages(ws, agent, connect=True)
-            # Who the client reached, and the MCP state (think_actors agents have no MCP servers), as sent on connect.
+            # Who the client reached, and its MCP servers' states, as the reference sends on connect (only then:
+            # a later change of a server's state or tools is not pushed to the sockets).
             identity = {
                 "type": protocol.IDENTITY,
                 "name": request.match_info["name"],
                 "agent": request.match_info["cls"],
             }
             await ws.send_str(protocol.dumps(identity))
-            await ws.send_str(protocol.dumps({"mcp": protocol.EMPTY_MCP_STATE, "type": protocol.MCP_SERVERS}))
+            await ws.send_str(protocol.dumps({"mcp": await _mcp_state(agent), "type": protocol.MCP_SERVERS}))
             if room.active is None and room.in_flight > 0:  # accepted, not streaming yet: hears when it starts
                 room.parked[ws] = None
                 await ws.send_str(protocol.dumps(_pending(room.latest, None)))

@@ -37,6 +37,7 @@ __all__ = [
     "chat_request",
     "client_tools",
     "dumps",
+    "mcp_servers_state",
     "origin_message_ids",
     "parse_frame",
     "response_frame",
@@ -51,6 +52,31 @@ CHAT_MESSAGES = "cf_agent_chat_messages"
 IDENTITY = "cf_agent_identity"
 MCP_SERVERS = "cf_agent_mcp_servers"
 EMPTY_MCP_STATE: dict[str, Any] = {"prompts": [], "resources": [], "servers": {}, "tools": []}
+# Our connection states by the reference's ``MCPConnectionState`` names; ``closed`` (no live connection) is sent
+# as ``not-connected``, what the reference sends for a server it has no connection to.
+_MCP_STATE_NAMES = {"connecting": "connecting", "ready": "ready", "failed": "failed", "closed": "not-connected"}
+
+
+def mcp_servers_state(states: dict[str, Any]) -> dict[str, Any]:
+    """The ``mcp`` field of a ``cf_agent_mcp_servers`` frame (the reference's ``MCPServersState``) from
+    ``get_mcp_servers()``: each server by its name as id; its tools as ``{name, serverId}`` (the names the model
+    calls them by; no schemas: the state does not carry them). No prompts or resources: they are not used."""
+    servers: dict[str, Any] = {}
+    tools: list[dict[str, Any]] = []
+    for server_id, state in states.items():
+        servers[server_id] = {
+            "auth_url": None,
+            "capabilities": None,
+            "error": state.error,
+            "instructions": None,
+            "name": state.name,
+            "server_url": state.target,
+            "state": _MCP_STATE_NAMES.get(state.state, state.state),
+        }
+        tools.extend({"name": name, "serverId": server_id} for name in state.tools)
+    return {"prompts": [], "resources": [], "servers": servers, "tools": tools}
+
+
 MESSAGE_UPDATED = "cf_agent_message_updated"
 TOOL_RESULT = "cf_agent_tool_result"
 TOOL_APPROVAL = "cf_agent_tool_approval"

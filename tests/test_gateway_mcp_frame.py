@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
-from think_actors.gateway.app import _mcp_state
+from think_actors.gateway.directory import _mcp_state
 from think_actors.mcp import McpServerState
 from think_actors.testing import ScriptedModel
 

@@ -24,11 +24,12 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from ..agent import Think, kebab_case
+from ..agent import Think
 from ..errors import InvalidAgentNameError, ThinkError
 from ..messages import ToolPart, UIMessage
 from ..store import validate_agent_name
 from . import protocol, security
+from .directory import AgentDirectory, LocalDirectory, RayDirectory, _mcp_state, _refused
 from .protocol import FrameError
 
 __all__ = ["AgentDirectory", "Gateway", "LocalDirectory", "RayDirectory"]
@@ -41,102 +42,6 @@ _PAGE = Path(__file__).with_name("static") / "index.html"
 _BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
 _BACKGROUND = frozenset({"auto-continuation", "recovery", "submission"})
 DENIED = "Tool execution denied by user"
-
-
-class AgentDirectory:
-    """Finds (and on demand starts) the agent behind ``/agents/{class}/{name}``: in process or on Ray."""
-
-    def __init__(self, classes: Iterable[type[Think]]):
-        self.classes = {kebab_case(cls.__name__): cls for cls in classes}
-
-    def agent_class(self, slug: str) -> type[Think]:
-        cls = self.classes.get(slug)
-        if cls is None:
-            known = ", ".join(sorted(self.classes)) or "none"
-            raise _refused(web.HTTPNotFound, f"no agent class {slug!r} here; the classes are: {known}")
-        return cls
-
-    async def get(self, slug: str, name: str) -> Any:
-        raise NotImplementedError
-
-    async def find(self, slug: str, name: str) -> Any | None:
-        """The agent if it exists, else None; never creates it (reads use this, so they cannot create agents)."""
-        raise NotImplementedError
-
-
-async def _mcp_state(agent: Any) -> dict[str, Any]:
-    """The ``mcp`` field of the agent's ``cf_agent_mcp_servers`` frame: its MCP servers' states (a Ray handle's
-    ``get_mcp_servers``, or the in-process agent's); the empty state for an agent that has none or cannot say."""
-    from ..delegation import LocalAgentHandle
-
-    target = agent.agent if isinstance(agent, LocalAgentHandle) else agent
-    get = getattr(target, "get_mcp_servers", None)
-    if get is None:
-        return protocol.EMPTY_MCP_STATE
-    try:
-        states = get()
-        if asyncio.iscoroutine(states):
-            states = await states
-    except Exception:
-        log.warning("the MCP servers' states of %s could not be read: sent as none", target, exc_info=True)
-        return protocol.EMPTY_MCP_STATE
-    return protocol.mcp_servers_state(states) if states else protocol.EMPTY_MCP_STATE
-
-
-class LocalDirectory(AgentDirectory):
-    """Agents as objects in the gateway's own process (tests, a single-process app)."""
-
-    def __init__(self, classes: Iterable[type[Think]], *, data_dir: str | None = None, **options: Any):
-        super().__init__(classes)
-        self.options = {"data_dir": data_dir, **options} if data_dir else dict(options)
-        self._agents: dict[str, Any] = {}
-
-    async def get(self, slug: str, name: str) -> Any:
-        from ..delegation import LocalAgentHandle
-
-        cls = self.agent_class(slug)
-        key = f"{slug}/{name}"
-        handle = self._agents.get(key)
-        if handle is None:
-            handle = self._agents[key] = LocalAgentHandle(cls(name, **self.options))
-        return handle
-
-    async def find(self, slug: str, name: str) -> Any | None:
-        """An agent this directory has, or one whose store holds it (from before a restart)."""
-        from ..delegation import LocalAgentHandle
-        from ..store import Store
-
-        cls = self.agent_class(slug)
-        key = f"{slug}/{name}"
-        if key in self._agents:
-            return self._agents[key]
-        agent = cls(name, **self.options)  # builds its store object; nothing is opened or written yet
-        exists = getattr(agent.store, "exists", None)
-        if not await (exists() if exists is not None else Store.exists(agent.store)):
-            return None
-        return self._agents.setdefault(key, LocalAgentHandle(agent))  # a socket may have made it meanwhile
-
-
-class RayDirectory(AgentDirectory):
-    """Agents as Ray actors: spawned, or found and woken, by name."""
-
-    async def get(self, slug: str, name: str) -> Any:
-        from ..runtime import spawn
-
-        return await spawn(self.agent_class(slug), name)
-
-    async def find(self, slug: str, name: str) -> Any | None:
-        """An agent the cluster started or provisioned (its registry record), woken if it hibernates."""
-        from ..errors import AgentUnavailableError
-        from ..runtime import get
-
-        cls = self.agent_class(slug)
-        try:
-            return await get(cls, name)
-        except AgentUnavailableError as err:
-            if err.retryable:  # it exists, and could not be woken just now
-                raise
-            return None
 
 
 class _Stream:
@@ -1008,8 +913,3 @@ _STRATEGIES = frozenset({"queue", "latest", "merge", "drop", "debounce", "steer"
 
 async def _error(ws: web.WebSocketResponse, text: str) -> None:
     await ws.send_str(protocol.dumps({"type": protocol.ERROR, "error": text}))
-
-
-def _refused(kind: type[web.HTTPException], message: str) -> web.HTTPException:
-    """An HTTP error whose body is ``{"error": message}``."""
-    return kind(text=json.dumps({"error": message}), content_type="application/json")

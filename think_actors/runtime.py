@@ -805,8 +805,12 @@ class AgentHost:
         """Load the agent, which schedules the recovery of interrupted turns and the pending submissions."""
         if self.agent.mcp_servers:
             # Connected before the agent starts (Think's waitForMcpConnections), after a restart or a wake too: the
-            # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints.
-            await self.agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in self.agent.mcp_servers) + 5)
+            # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints. A
+            # failure here must not keep the agent (and its recovery) from starting.
+            try:
+                await self.agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in self.agent.mcp_servers) + 5)
+            except Exception:
+                log.exception("agent %r: its MCP servers could not be waited for; starting without them", self.path)
         try:
             await self.agent.load_messages()
         except Exception:

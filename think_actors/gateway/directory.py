@@ -15,6 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from ..agent import Think, kebab_case
+from ..errors import AgentUnavailableError
+from ..store import Store
 from . import protocol
 
 __all__ = ["AgentDirectory", "LocalDirectory", "RayDirectory"]
@@ -83,7 +85,6 @@ class LocalDirectory(AgentDirectory):
     async def find(self, slug: str, name: str) -> Any | None:
         """An agent this directory has, or one whose store holds it (from before a restart)."""
         from ..delegation import LocalAgentHandle
-        from ..store import Store
 
         cls = self.agent_class(slug)
         key = f"{slug}/{name}"
@@ -106,7 +107,6 @@ class RayDirectory(AgentDirectory):
 
     async def find(self, slug: str, name: str) -> Any | None:
         """An agent the cluster started or provisioned (its registry record), woken if it hibernates."""
-        from ..errors import AgentUnavailableError
         from ..runtime import get
 
         cls = self.agent_class(slug)

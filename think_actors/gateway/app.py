@@ -131,8 +131,10 @@ class Gateway:
         token: str | None = None,
         allowed_origins: Iterable[str] | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        mcp: bool = False,
     ):
         self.directory = directory
+        self.mcp = mcp  # serve the agent classes as MCP tools at /mcp (mcp_server.py)
         self.token = token
         # Pages of other origins than the gateway's own that may use it (security.py, rule 2).
         self.origins = security.OriginPolicy(allowed_origins)
@@ -147,6 +149,11 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/agents/{cls}/{name}/get-messages", self._get_messages)
         app.router.add_get("/agents/{cls}/{name}", self._socket)
+        if self.mcp:
+            # Imported only here: the MCP SDK costs a second or more to import, and most gateways do not serve it.
+            from .mcp_server import McpEndpoint
+
+            McpEndpoint(self.directory, max_body_bytes=self.max_frame_bytes).mount(app)
         app.on_shutdown.append(self._shutdown)
         return app
 

@@ -1,35 +1,28 @@
-"""``think-actors serve``: the gateway in front of the agent classes of a module."""
+"""``think-actors serve``: the gateway in front of the agent classes of a module (with ``--mcp``, also their MCP
+server at ``/mcp``; with ``--mcp-stdio``, only the MCP server, on stdin/stdout)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
-import importlib
-import inspect
 import ipaddress
 import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..agent import Think
+from aiohttp import web
+
 from ..errors import ConfigurationError
+from .app import Gateway
+from .classes import DEFAULT_APP, agent_classes
+from .directory import AgentDirectory, LocalDirectory, RayDirectory
 from .security import OriginPolicy
 
-DEFAULT_APP = "agents.team"
+__all__ = ["DEFAULT_APP", "agent_classes", "check_binding", "main"]
+
 _WATCH_S = 5.0  # how often ``serve`` looks for machines and nodes that joined the cluster
-
-
-def agent_classes(module_name: str) -> list[type[Think]]:
-    """The ``Think`` subclasses a module defines (or imports) at its top level."""
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigurationError(f"cannot import --app module {module_name!r}: {err}") from None
-    found = [v for v in vars(module).values() if inspect.isclass(v) and issubclass(v, Think) and v is not Think]
-    if not found:
-        raise ConfigurationError(f"--app module {module_name!r} defines no Think subclass to serve")
-    return found
 
 
 def check_binding(host: str, token: str | None) -> None:
@@ -64,12 +57,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     serve.add_argument("--max-frame-bytes", type=int, default=4 * 1024 * 1024, help="largest frame accepted")
     serve.add_argument(
+        "--mcp", action="store_true", help="also serve the agent classes as MCP tools at /mcp (streamable HTTP)"
+    )
+    serve.add_argument(
+        "--mcp-stdio",
+        action="store_true",
+        help="serve only the agent classes' MCP server, on stdin/stdout (how Claude Desktop starts a server)",
+    )
+    serve.add_argument(
         "--model-pools",
         action="store_true",
         help="start every node's model-server pool now, and on nodes that join (default: at a node's first use)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # On stderr: with --mcp-stdio, stdout carries the protocol and nothing else.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     try:
         check_binding(args.host, args.token)
         OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
@@ -77,16 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigurationError as err:
         print(f"think-actors: {err.message}", file=sys.stderr)
         return 2
-    from aiohttp import web
-
-    from .app import Gateway, LocalDirectory
-
+    if args.mcp_stdio:
+        return _serve_mcp_stdio(args, classes)
     options = {"token": args.token, "allowed_origins": args.origin, "max_frame_bytes": args.max_frame_bytes}
+    if args.mcp:
+        options["mcp"] = True
     if args.local:
         web.run_app(Gateway(LocalDirectory(classes), **options).app(), host=args.host, port=args.port)
         return 0
-    import asyncio
-
+    # Imported only for Ray: ray costs ~0.4 s and 75 MiB, which --local does not need (no circle: neither
+    # module imports this one).
     from ..model_pool import start_model_pools
     from ..runtime import init
     from .ray_server import start_gateways
@@ -119,6 +121,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
+    return 0
+
+
+def _serve_mcp_stdio(args: argparse.Namespace, classes: list[Any]) -> int:
+    """``--mcp-stdio``: the agents' MCP server on stdin/stdout, agents in this process or on Ray."""
+    # Imported only here: the MCP SDK costs a second or more to import.
+    from .mcp_server import run_stdio
+
+    directory: AgentDirectory
+    if args.local:
+        directory = LocalDirectory(classes)
+    else:
+        from ..runtime import init  # ray: only when agents run on it
+
+        init(args.address, quiet=True)
+        directory = RayDirectory(classes)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_stdio(directory))
     return 0
 
 

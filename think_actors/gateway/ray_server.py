@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import ray
+from aiohttp import web
 
 from ..runtime import RuntimeConfig, _call, _process_setup, _require_config
+from .app import Gateway
+from .classes import agent_classes
+from .directory import RayDirectory
 
 __all__ = ["GatewayServer", "start_gateways"]
 
@@ -22,11 +26,6 @@ class GatewayServer:
         self.runner: Any = None
 
     async def start(self, host: str, port: int) -> str:
-        from aiohttp import web
-
-        from .app import Gateway, RayDirectory
-        from .cli import agent_classes
-
         gateway = Gateway(RayDirectory(agent_classes(self.app_module)), **self.gateway_options)
         self.runner = web.AppRunner(gateway.app())
         await self.runner.setup()

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import StoreError
-from .url import redact_url
+from .redact import redact_url
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "close_pools", "migrate", "shared_pool"]
 

@@ -14,9 +14,6 @@ from typing import Any
 
 from ..errors import StoreError
 from ..messages import UIMessage
-
-# store/__init__.py defines LATEST before it imports this module, so the partly initialised package has it.
-from . import LATEST
 from ._codec import (
     check_limit,
     decode_message,
@@ -34,6 +31,7 @@ from ._codec import (
     turn_row,
     unpack,
 )
+from .protocol import LATEST
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["MemoryStore"]

@@ -21,9 +21,6 @@ from typing import Any
 
 from ..errors import StoreError
 from ..messages import UIMessage
-
-# store/__init__.py defines LATEST before it imports this module, so the partly initialised package has it.
-from . import LATEST
 from ._codec import (
     EFFECT_COLUMNS,
     SUBMISSION_COLUMNS,
@@ -38,7 +35,6 @@ from ._codec import (
     encode_message,
     existing_submission,
     pack,
-    quoted_names,
     status_set,
     submission_fields,
     submission_record,
@@ -48,135 +44,26 @@ from ._codec import (
     unpack,
 )
 from ._lease import fenced_error
+from ._sqlite_schema import (
+    APPEND_NEW,
+    CHUNK_INSERT,
+    CLAIM,
+    EFFECT_INSERT,
+    EFFECT_SELECT,
+    LOAD_PATH,
+    SCHEMA_VERSION,
+    SUBMISSION_INSERT,
+    SUBMISSION_SELECT,
+    TURN_SELECT,
+    TURN_UPSERT,
+    UPSERT,
+    migrate,
+    placeholders,
+)
+from .protocol import LATEST, validate_agent_name
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
-
-SCHEMA_VERSION = 4
-"""Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
-
-1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
-3: adds the lease (the writers' generation, see ``_lease``). 4: drops the request indexes of chunks and effects
-(rows of running turns only, a few per turn: a scan is cheaper than keeping an index on every write), and a chunk
-row holds a batch (a msgpack list; rows of older versions hold one chunk each and are read as before).
-"""
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS messages (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        id TEXT UNIQUE NOT NULL,
-        parent_id TEXT,
-        role TEXT,
-        body BLOB NOT NULL,
-        created_at REAL
-    )""",
-    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB)",
-    # AUTOINCREMENT: seq is the FIFO tiebreak and part of the record, so it is never reused after a delete.
-    """CREATE TABLE IF NOT EXISTS submissions (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        submission_id TEXT UNIQUE NOT NULL,
-        request_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        messages BLOB NOT NULL,
-        created_at REAL NOT NULL,
-        idempotency_key TEXT,
-        metadata BLOB NOT NULL,
-        error TEXT,
-        started_at REAL,
-        completed_at REAL,
-        messages_applied_at REAL
-    )""",
-    # A UNIQUE index holds any number of NULLs, so submissions without a key never collide.
-    "CREATE UNIQUE INDEX IF NOT EXISTS submissions_by_key ON submissions (idempotency_key)",
-    "CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at, seq)",
-    """CREATE TABLE IF NOT EXISTS turns (
-        request_id TEXT PRIMARY KEY,
-        "trigger" TEXT NOT NULL,
-        status TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        continuation INTEGER NOT NULL,
-        input_ids BLOB NOT NULL,
-        message_id TEXT,
-        attempts INTEGER NOT NULL,
-        progress INTEGER NOT NULL,
-        submission_id TEXT,
-        data BLOB NOT NULL
-    )""",
-    # A plain rowid (no AUTOINCREMENT, one write less per row): a new row's seq is above every stored row's, which
-    # is all the order of a request's log needs. A row is one write's batch of chunks.
-    """CREATE TABLE IF NOT EXISTS chunks (
-        seq INTEGER PRIMARY KEY,
-        request_id TEXT NOT NULL,
-        body BLOB NOT NULL
-    )""",
-    "DROP INDEX IF EXISTS chunks_by_request",
-    """CREATE TABLE IF NOT EXISTS effects (
-        seq INTEGER PRIMARY KEY,
-        key TEXT UNIQUE NOT NULL,
-        request_id TEXT NOT NULL,
-        tool_call_id TEXT NOT NULL,
-        tool_name TEXT NOT NULL,
-        status TEXT NOT NULL,
-        started_at REAL NOT NULL,
-        input BLOB NOT NULL,
-        output BLOB NOT NULL,
-        error TEXT,
-        finished_at REAL
-    )""",
-    "DROP INDEX IF EXISTS effects_by_request",
-    # One row: the generation of the newest store that opened this file.
-    "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL)",
-)
-
-
-def _insert_sql(table: str, columns: Sequence[str]) -> str:
-    return f"INSERT INTO {table} ({quoted_names(columns)}) VALUES ({', '.join('?' * len(columns))})"
-
-
-def _in(values: Sequence[str]) -> str:
-    return f"({', '.join('?' * len(values))})"
-
-
-_SUBMISSION_SELECT = f"SELECT {quoted_names(SUBMISSION_COLUMNS)} FROM submissions"
-_SUBMISSION_INSERT = _insert_sql("submissions", SUBMISSION_COLUMNS[1:])
-_TURN_SELECT = f"SELECT {quoted_names(TURN_COLUMNS)} FROM turns"
-# ON CONFLICT DO UPDATE, not INSERT OR REPLACE: the row keeps its rowid, the tiebreak of list_turns.
-_TURN_UPSERT = _insert_sql("turns", TURN_COLUMNS) + (
-    " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
-)
-_CHUNK_INSERT = "INSERT INTO chunks (request_id, body) VALUES (?, ?)"
-_EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM effects"
-_EFFECT_INSERT = _insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
-
-# Walk up from the latest leaf. ``m.seq < p.seq`` always holds (a parent exists before its child), and saying so
-# guarantees the recursion ends even in a hand-edited file with a parent cycle.
-_LOAD_PATH = """
-WITH RECURSIVE path(seq, parent_id, body) AS (
-    SELECT seq, parent_id, body FROM messages WHERE seq = (SELECT MAX(seq) FROM messages)
-    UNION ALL
-    SELECT m.seq, m.parent_id, m.body FROM messages AS m JOIN path AS p ON m.id = p.parent_id AND m.seq < p.seq
-)
-SELECT body FROM path ORDER BY seq
-"""
-
-# One autocommitted write statement holds the write lock for its whole run, so two opens never share a generation.
-_CLAIM = (
-    "INSERT INTO lease (id, generation) VALUES (1, 1) "
-    "ON CONFLICT (id) DO UPDATE SET generation = generation + 1 RETURNING generation"
-)
-
-# The turn's own message writes (begin_turn, end_turn) in one statement each, with the rules of _insert / _update:
-# a new row goes under the latest leaf; an existing id is left alone (rowcount 0), or updated in place (its seq and
-# parent stay).
-_APPEND_UNDER_LATEST = (
-    "INSERT INTO messages (id, parent_id, role, body, created_at)"
-    " VALUES (?, (SELECT id FROM messages ORDER BY seq DESC LIMIT 1), ?, ?, ?)"
-)
-_APPEND_NEW = _APPEND_UNDER_LATEST + " ON CONFLICT (id) DO NOTHING"
-_UPSERT = _APPEND_UNDER_LATEST + (
-    " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at"
-)
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -205,9 +92,6 @@ class SQLiteStore:
 
         Every segment must pass ``validate_agent_name``, so no agent path can name a file outside ``data_dir``.
         """
-        # Imported here, not at the top: store/__init__.py imports this module before it has finished loading.
-        from . import validate_agent_name
-
         segments = agent_path.split("/") if isinstance(agent_path, str) else [agent_path]
         for segment in segments:
             validate_agent_name(segment)
@@ -233,7 +117,7 @@ class SQLiteStore:
     async def load_messages(self) -> list[UIMessage]:
         """The active transcript: root to latest leaf."""
         with self._guard("load messages") as conn:
-            rows = conn.execute(_LOAD_PATH).fetchall()
+            rows = conn.execute(LOAD_PATH).fetchall()
         return [decode_message(body) for (body,) in rows]
 
     async def list_messages(self) -> list[UIMessage]:
@@ -320,7 +204,7 @@ class SQLiteStore:
             existing = existing_submission(record, by_id, by_key, id_given=id_given)
             if existing is not None:
                 return submission_record(existing), False
-            cursor = conn.execute(_SUBMISSION_INSERT, tuple(row.values()))
+            cursor = conn.execute(SUBMISSION_INSERT, tuple(row.values()))
         return submission_record({"seq": cursor.lastrowid, **row}), True
 
     async def get_submission(self, submission_id: str) -> SubmissionRecord | None:
@@ -340,7 +224,7 @@ class SQLiteStore:
         where = "WHERE submission_id = ?"
         params: list[Any] = [submission_id]
         if (expected := status_set(expect_status)) is not None:
-            where += f" AND status IN {_in(expected)}"
+            where += f" AND status IN {placeholders(expected)}"
             params.extend(expected)
         # One statement, so the status check and the write are one atomic step.
         with self._guard("update submission") as conn:
@@ -358,10 +242,10 @@ class SQLiteStore:
         listing); ``limit`` applies after the status filter and the order.
         """
         check_limit(limit)
-        sql = _SUBMISSION_SELECT
+        sql = SUBMISSION_SELECT
         params: list[Any] = []
         if (wanted := status_set(statuses)) is not None:
-            sql += f" WHERE status IN {_in(wanted)}"
+            sql += f" WHERE status IN {placeholders(wanted)}"
             params.extend(wanted)
         sql += " ORDER BY created_at DESC, submission_id DESC" if newest_first else " ORDER BY created_at, seq"
         if limit is not None:
@@ -382,19 +266,19 @@ class SQLiteStore:
         """Insert or replace the turn record of ``record.request_id``."""
         row = turn_row(record)
         with self._fenced("put turn") as conn:
-            conn.execute(_TURN_UPSERT, tuple(row.values()))
+            conn.execute(TURN_UPSERT, tuple(row.values()))
 
     async def get_turn(self, request_id: str) -> TurnRecord | None:
         with self._guard("get turn") as conn:
-            row = conn.execute(f"{_TURN_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
+            row = conn.execute(f"{TURN_SELECT} WHERE request_id = ?", (request_id,)).fetchone()
         return None if row is None else turn_record(dict(zip(TURN_COLUMNS, row, strict=True)))
 
     async def list_turns(self, *, statuses: Sequence[str] | None = None) -> list[TurnRecord]:
         """Turn records, oldest ``started_at`` first (ties in the order they were first put)."""
-        sql = _TURN_SELECT
+        sql = TURN_SELECT
         params: list[Any] = []
         if (wanted := status_set(statuses)) is not None:
-            sql += f" WHERE status IN {_in(wanted)}"
+            sql += f" WHERE status IN {placeholders(wanted)}"
             params.extend(wanted)
         with self._guard("list turns") as conn:
             rows = conn.execute(f"{sql} ORDER BY started_at, rowid", params).fetchall()
@@ -411,7 +295,7 @@ class SQLiteStore:
         body = chunk_batch(chunks) if chunks else None
         with self._fenced("append chunks") as conn:
             if body is not None:
-                conn.execute(_CHUNK_INSERT, (request_id, body))
+                conn.execute(CHUNK_INSERT, (request_id, body))
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
         """The request's chunk log, in the order appended."""
@@ -427,8 +311,8 @@ class SQLiteStore:
         row = turn_row(record)
         rows = [(m.id, m.role, encode_message(m), m.created_at) for m in messages]  # before the write lock
         with self._fenced("begin turn") as conn:
-            conn.execute(_TURN_UPSERT, tuple(row.values()))
-            return [conn.execute(_APPEND_NEW, message).rowcount > 0 for message in rows]
+            conn.execute(TURN_UPSERT, tuple(row.values()))
+            return [conn.execute(APPEND_NEW, message).rowcount > 0 for message in rows]
 
     async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
         """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
@@ -436,7 +320,7 @@ class SQLiteStore:
         message = None if reply is None else (reply.id, reply.role, encode_message(reply), reply.created_at)
         with self._fenced("end turn") as conn:
             if message is not None:
-                conn.execute(_UPSERT, message)
+                conn.execute(UPSERT, message)
             self._delete_turn_rows(conn, request_id)
 
     # -- the effect ledger -------------------------------------------------------------------------------------
@@ -450,10 +334,10 @@ class SQLiteStore:
         body = chunk_batch(chunks) if chunks else None
         with self._fenced("start effect") as conn:
             if body is not None:
-                conn.execute(_CHUNK_INSERT, (record.request_id, body))
-            if conn.execute(_EFFECT_INSERT, tuple(row.values())).rowcount > 0:
+                conn.execute(CHUNK_INSERT, (record.request_id, body))
+            if conn.execute(EFFECT_INSERT, tuple(row.values())).rowcount > 0:
                 return effect_record(row)
-            stored = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
+            stored = conn.execute(f"{EFFECT_SELECT} WHERE key = ?", (record.key,)).fetchone()
         return effect_record(dict(zip(EFFECT_COLUMNS, stored, strict=True)))
 
     async def finish_effect(
@@ -474,17 +358,17 @@ class SQLiteStore:
             if not updated:
                 raise StoreError(f"cannot finish effect {key!r}: it was never started")
             if body is not None:
-                conn.execute(_CHUNK_INSERT, (updated[0][0], body))
+                conn.execute(CHUNK_INSERT, (updated[0][0], body))
 
     async def get_effect(self, key: str) -> EffectRecord | None:
         with self._guard("get effect") as conn:
-            row = conn.execute(f"{_EFFECT_SELECT} WHERE key = ?", (key,)).fetchone()
+            row = conn.execute(f"{EFFECT_SELECT} WHERE key = ?", (key,)).fetchone()
         return None if row is None else effect_record(dict(zip(EFFECT_COLUMNS, row, strict=True)))
 
     async def list_effects(self, request_id: str) -> list[EffectRecord]:
         """The request's effects in the order they started."""
         with self._guard("list effects") as conn:
-            rows = conn.execute(f"{_EFFECT_SELECT} WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
+            rows = conn.execute(f"{EFFECT_SELECT} WHERE request_id = ? ORDER BY seq", (request_id,)).fetchall()
         return [effect_record(dict(zip(EFFECT_COLUMNS, row, strict=True))) for row in rows]
 
     async def clear_turn_state(self) -> None:
@@ -511,7 +395,7 @@ class SQLiteStore:
 
     @staticmethod
     def _submission_row(conn: sqlite3.Connection, column: str, value: str) -> dict[str, Any] | None:
-        row = conn.execute(f"{_SUBMISSION_SELECT} WHERE {column} = ?", (value,)).fetchone()
+        row = conn.execute(f"{SUBMISSION_SELECT} WHERE {column} = ?", (value,)).fetchone()
         return None if row is None else dict(zip(SUBMISSION_COLUMNS, row, strict=True))
 
     @staticmethod
@@ -612,9 +496,9 @@ class SQLiteStore:
             conn.execute("PRAGMA page_size = 1024")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
-            self._migrate(conn)
+            migrate(conn, self._path)
             # fetchall: the statement must run to its end, or its write transaction stays open.
-            [(self._generation,)] = conn.execute(_CLAIM).fetchall()
+            [(self._generation,)] = conn.execute(CLAIM).fetchall()
         except sqlite3.Error as exc:
             conn.close()
             raise self._error("open", exc) from exc
@@ -623,36 +507,6 @@ class SQLiteStore:
             raise
         self._conn = conn
         return conn
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
-
-        Every version so far only adds tables and indexes or drops indexes, so ``_SCHEMA``'s IF [NOT] EXISTS
-        statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``).
-        """
-        # Read first without a lock: every open but the first finds the schema current and skips the migration.
-        if self._schema_version(conn) == SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = self._schema_version(conn)
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"SQLite store {self._path} has schema version {version}; this think_actors reads up to "
-                    f"{SCHEMA_VERSION}. Upgrade think_actors to open it."
-                )
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
-    @staticmethod
-    def _schema_version(conn: sqlite3.Connection) -> int:
-        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
-        return version
 
     def _error(self, what: str, exc: sqlite3.Error) -> StoreError:
         # Primary result code: extended codes such as SQLITE_BUSY_SNAPSHOT carry it in the low byte.

@@ -7,14 +7,14 @@ The URL comes from ``Think(store=url)``, ``ta.init(store=url)`` (which ships it 
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
+from .redact import redact_url
 
 if TYPE_CHECKING:
-    from . import Store
+    from .protocol import Store
 
 __all__ = ["STORE_ENV", "check_store_url", "open_store", "redact_url"]
 
@@ -22,17 +22,10 @@ STORE_ENV = "THINK_STORE"
 """The environment variable holding the default store URL."""
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres")
-# scheme://user:password@ ... : the password runs to the "@" (a literal "@" in it must be percent-encoded).
-_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^/?#@:]*):[^/?#@]*@")
 ACCEPTED = (
     "postgresql://user:password@host:5432/database (or postgres://) for PostgreSQL, "
     "sqlite:///absolute/dir or sqlite:relative/dir for one SQLite file per agent under that directory"
 )
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, fit for errors and logs (the URL need not be valid)."""
-    return _PASSWORD.sub(r"\1:***@", url)
 
 
 def _sqlite_dir(url: str) -> str | None:

@@ -1,0 +1,169 @@
+"""SQLiteStore's schema: the tables, the statements the store runs, and the migration of an older file.
+
+Kept apart from ``sqlite.py`` so the store's module holds its operations and this one the SQL text they run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+from ..errors import StoreError
+from ._codec import EFFECT_COLUMNS, SUBMISSION_COLUMNS, TURN_COLUMNS, quoted_names
+
+SCHEMA_VERSION = 4
+"""Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
+
+1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
+3: adds the lease (the writers' generation, see ``_lease``). 4: drops the request indexes of chunks and effects
+(rows of running turns only, a few per turn: a scan is cheaper than keeping an index on every write), and a chunk
+row holds a batch (a msgpack list; rows of older versions hold one chunk each and are read as before).
+"""
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS messages (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT UNIQUE NOT NULL,
+        parent_id TEXT,
+        role TEXT,
+        body BLOB NOT NULL,
+        created_at REAL
+    )""",
+    "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB)",
+    # AUTOINCREMENT: seq is the FIFO tiebreak and part of the record, so it is never reused after a delete.
+    """CREATE TABLE IF NOT EXISTS submissions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        submission_id TEXT UNIQUE NOT NULL,
+        request_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        messages BLOB NOT NULL,
+        created_at REAL NOT NULL,
+        idempotency_key TEXT,
+        metadata BLOB NOT NULL,
+        error TEXT,
+        started_at REAL,
+        completed_at REAL,
+        messages_applied_at REAL
+    )""",
+    # A UNIQUE index holds any number of NULLs, so submissions without a key never collide.
+    "CREATE UNIQUE INDEX IF NOT EXISTS submissions_by_key ON submissions (idempotency_key)",
+    "CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status, created_at, seq)",
+    """CREATE TABLE IF NOT EXISTS turns (
+        request_id TEXT PRIMARY KEY,
+        "trigger" TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        continuation INTEGER NOT NULL,
+        input_ids BLOB NOT NULL,
+        message_id TEXT,
+        attempts INTEGER NOT NULL,
+        progress INTEGER NOT NULL,
+        submission_id TEXT,
+        data BLOB NOT NULL
+    )""",
+    # A plain rowid (no AUTOINCREMENT, one write less per row): a new row's seq is above every stored row's, which
+    # is all the order of a request's log needs. A row is one write's batch of chunks.
+    """CREATE TABLE IF NOT EXISTS chunks (
+        seq INTEGER PRIMARY KEY,
+        request_id TEXT NOT NULL,
+        body BLOB NOT NULL
+    )""",
+    "DROP INDEX IF EXISTS chunks_by_request",
+    """CREATE TABLE IF NOT EXISTS effects (
+        seq INTEGER PRIMARY KEY,
+        key TEXT UNIQUE NOT NULL,
+        request_id TEXT NOT NULL,
+        tool_call_id TEXT NOT NULL,
+        tool_name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        input BLOB NOT NULL,
+        output BLOB NOT NULL,
+        error TEXT,
+        finished_at REAL
+    )""",
+    "DROP INDEX IF EXISTS effects_by_request",
+    # One row: the generation of the newest store that opened this file.
+    "CREATE TABLE IF NOT EXISTS lease (id INTEGER PRIMARY KEY CHECK (id = 1), generation INTEGER NOT NULL)",
+)
+
+
+def insert_sql(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({quoted_names(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def placeholders(values: Sequence[str]) -> str:
+    return f"({', '.join('?' * len(values))})"
+
+
+SUBMISSION_SELECT = f"SELECT {quoted_names(SUBMISSION_COLUMNS)} FROM submissions"
+SUBMISSION_INSERT = insert_sql("submissions", SUBMISSION_COLUMNS[1:])
+TURN_SELECT = f"SELECT {quoted_names(TURN_COLUMNS)} FROM turns"
+# ON CONFLICT DO UPDATE, not INSERT OR REPLACE: the row keeps its rowid, the tiebreak of list_turns.
+TURN_UPSERT = insert_sql("turns", TURN_COLUMNS) + (
+    " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
+)
+CHUNK_INSERT = "INSERT INTO chunks (request_id, body) VALUES (?, ?)"
+EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM effects"
+EFFECT_INSERT = insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
+
+# Walk up from the latest leaf. ``m.seq < p.seq`` always holds (a parent exists before its child), and saying so
+# guarantees the recursion ends even in a hand-edited file with a parent cycle.
+LOAD_PATH = """
+WITH RECURSIVE path(seq, parent_id, body) AS (
+    SELECT seq, parent_id, body FROM messages WHERE seq = (SELECT MAX(seq) FROM messages)
+    UNION ALL
+    SELECT m.seq, m.parent_id, m.body FROM messages AS m JOIN path AS p ON m.id = p.parent_id AND m.seq < p.seq
+)
+SELECT body FROM path ORDER BY seq
+"""
+
+# One autocommitted write statement holds the write lock for its whole run, so two opens never share a generation.
+CLAIM = (
+    "INSERT INTO lease (id, generation) VALUES (1, 1) "
+    "ON CONFLICT (id) DO UPDATE SET generation = generation + 1 RETURNING generation"
+)
+
+# The turn's own message writes (begin_turn, end_turn) in one statement each, with the rules of _insert / _update:
+# a new row goes under the latest leaf; an existing id is left alone (rowcount 0), or updated in place (its seq and
+# parent stay).
+APPEND_UNDER_LATEST = (
+    "INSERT INTO messages (id, parent_id, role, body, created_at)"
+    " VALUES (?, (SELECT id FROM messages ORDER BY seq DESC LIMIT 1), ?, ?, ?)"
+)
+APPEND_NEW = APPEND_UNDER_LATEST + " ON CONFLICT (id) DO NOTHING"
+UPSERT = APPEND_UNDER_LATEST + (
+    " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at"
+)
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
+
+    Every version so far only adds tables and indexes or drops indexes, so ``SCHEMA``'s IF [NOT] EXISTS
+    statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``).
+    """
+    # Read first without a lock: every open but the first finds the schema current and skips the migration.
+    if _schema_version(conn) == SCHEMA_VERSION:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _schema_version(conn)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"SQLite store {path} has schema version {version}; this think_actors reads up to "
+                f"{SCHEMA_VERSION}. Upgrade think_actors to open it."
+            )
+        for statement in SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version

@@ -39,6 +39,7 @@ from think_actors.models import (
     ToolCallDelta,
     Usage,
 )
+from think_actors.models.fast_path import FAST_PATH_PROVIDERS
 from think_actors.models.litellm import LiteLLMClient
 from think_actors.models.openai_wire import OpenAIWireClient
 
@@ -422,9 +423,9 @@ KEPT_DIFFERENCES: dict[tuple[str, str], dict[str, str]] = {
 
 # Framing the SSE specification allows and litellm's readers do not (item 9 of issue 17): each as litellm reports it.
 _SPLIT_DATA = (
-    "litellm's own HTTP handler (its groq/, mistral/, xai/, deepseek/, openrouter/, together_ai/ and hosted_vllm/"
-    " routes) parses every data: line as a whole event: JSON split over several data: lines is dropped, [DONE] then"
-    " says stop and litellm counts the tokens itself"
+    "litellm's own HTTP handler (its groq/, mistral/, xai/, deepseek/, openrouter/, together_ai/, fireworks_ai/ and"
+    " hosted_vllm/ routes) parses every data: line as a whole event: JSON split over several data: lines is dropped,"
+    " [DONE] then says stop and litellm counts the tokens itself"
 )
 _EMPTY_EVENT = (
     "the openai SDK (litellm's openai/ and cerebras/ routes) dispatches an event with no data: line (a lone retry:)"
@@ -474,6 +475,10 @@ LITELLM_REPORTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
         _SPLIT_DATA,
         {"text": "", "reasoning": "", "usage": _COUNTED_REASONING, "cost_usd": 0.0},
     ),
+    ("fireworks-tool-call~multiline_data", "fireworks_ai"): (
+        _SPLIT_DATA,
+        {"tool_calls": [], "finish_reason": "stop", "usage": _COUNTED},
+    ),
     ("together-deepseek-r1~multiline_data", "together_ai"): (_SPLIT_DATA, {"text": "", "usage": _COUNTED}),
     ("vllm-crusoe~multiline_data", "hosted_vllm"): (_SPLIT_DATA, {"text": "", "usage": _COUNTED}),
     **{
@@ -483,6 +488,7 @@ LITELLM_REPORTS: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
             ("groq-text", "openai"),
             ("xai-text", "openai"),
             ("vllm-crusoe", "openai"),
+            ("fireworks-text", "openai"),
             ("cerebras-reasoning-tools", "openai"),
             ("cerebras-reasoning-tools", "cerebras"),
         ]
@@ -589,6 +595,9 @@ def test_the_index_holds_every_file_and_the_kinds_the_issue_asks_for() -> None:
         assert hashlib.sha256((DATA / entry["file"]).read_bytes()).hexdigest() == entry["sha256"]
         assert entry["source"]["repository"] and entry["source"]["path"] and len(entry["source"]["commit"]) == 40
     assert len(RECORDINGS) >= 30
+    # Every provider the fast path serves has at least one real recording replayed under its own prefix.
+    replayed = {entry["provider"] for entry in RECORDINGS.values() if "replay_as" not in entry}
+    assert replayed >= FAST_PATH_PROVIDERS, sorted(FAST_PATH_PROVIDERS - replayed)
 
 
 def test_the_sse_parser_follows_the_specification() -> None:

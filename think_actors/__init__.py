@@ -86,6 +86,16 @@ from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .observability import Event
 from .overflow import default_context_overflow_classifier
+from .schedule import (
+    LocalScheduler,
+    ManualClock,
+    RetryPolicy,
+    ScheduledTask,
+    ScheduledTaskContext,
+    TaskInfo,
+    cron,
+    every,
+)
 from .session import Session
 from .store import MemoryStore, SQLiteStore, Store, open_store
 from .submissions import Submission
@@ -105,6 +115,10 @@ def __getattr__(name: str) -> object:
         from . import runtime
 
         return getattr(runtime, name)
+    if name == "start_scheduler":  # the cluster's scheduler actor: ray, like the runtime
+        from .schedule.cluster import start_scheduler
+
+        return start_scheduler
     if name == "PostgresStore":  # asyncpg loads only in processes that use PostgreSQL
         from .store.postgres import PostgresStore
 
@@ -142,8 +156,10 @@ __all__ = [
     "FinishStepChunk",
     "InvalidAgentNameError",
     "LocalAgentHandle",
+    "LocalScheduler",
     "LogContext",
     "LogContextFilter",
+    "ManualClock",
     "MemoryStore",
     "MessageAccumulator",
     "ModelClient",
@@ -161,7 +177,10 @@ __all__ = [
     "ReconcileDecision",
     "RecoveryDecision",
     "Rerun",
+    "RetryPolicy",
     "SQLiteStore",
+    "ScheduledTask",
+    "ScheduledTaskContext",
     "ScriptError",
     "Session",
     "StartChunk",
@@ -176,6 +195,7 @@ __all__ = [
     "StreamStalledError",
     "Submission",
     "Substitute",
+    "TaskInfo",
     "TextDeltaChunk",
     "TextEndChunk",
     "TextPart",
@@ -207,7 +227,9 @@ __all__ = [
     "__version__",
     "actor_tool",
     "agent_tool",
+    "cron",
     "default_context_overflow_classifier",
+    "every",
     "get",
     "has_tool_call",
     "init",
@@ -220,8 +242,10 @@ __all__ = [
     "open_store",
     "parse_chunk",
     "provision",
+    "schedule",
     "shutdown",
     "spawn",
+    "start_scheduler",
     "step_count_is",
     "testing",
     "tool",

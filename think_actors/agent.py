@@ -43,6 +43,7 @@ from .mcp import McpManager, McpServerConfig, McpServerState
 from .messages import MessagePart, ToolPart, UIMessage, new_id
 from .models import ModelClient
 from .observability import Event
+from .schedule import AgentSchedules, RetryPolicy, ScheduledTask, TaskInfo, open_schedule_store, run_handler
 from .session import Session
 from .store import LATEST, MemoryStore, Store, agent_path, check_store_url, validate_agent_name
 from .submissions import Submission
@@ -124,6 +125,10 @@ class Think:
         mcp_servers: MCP servers whose tools join every turn (``ta.mcp.stdio(...)``, ``ta.mcp.http(...)``); they
             connect when the agent first needs them, and ``wait_for_mcp_connections`` waits for them.
         include_mcp_tools: Whether the MCP servers' tools are offered to the model (Think's ``includeMcpTools``).
+        schedules: Tasks that run on a schedule (Think's ``getScheduledTasks()``): ``ta.every("1 hour", "check
+            the inbox")``, ``ta.cron("0 9 * * mon-fri", handler="report")``; registered when the agent starts.
+        default_timezone: The zone of wall-clock schedules that name none (Think's ``getDefaultTimezone()``);
+            None means UTC.
     """
 
     model: str | ModelClient | None = None
@@ -141,6 +146,8 @@ class Think:
     metrics: bool = True
     mcp_servers: Sequence[McpServerConfig] = ()
     include_mcp_tools: bool = True
+    schedules: Sequence[ScheduledTask] = ()
+    default_timezone: str | None = None
 
     def __init__(
         self,
@@ -172,6 +179,7 @@ class Think:
             self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
         self._mcp = McpManager(self.mcp_servers)
+        self._schedules: AgentSchedules | None = None
         if _metrics.enabled(type(self)):
             self._engine.observers.subscribe("agents:chat", _metrics.MetricsRecorder())
 
@@ -495,6 +503,63 @@ class Think:
         """Wait until the submission's status is final and return it."""
         await self._engine.ensure_started()
         return await self._engine.submissions.wait(submission_id, timeout_s)
+
+    async def schedule(
+        self,
+        when: Any,
+        prompt: str | Callable[..., Any] | None = None,
+        *,
+        handler: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        task_id: str | None = None,
+        retry: RetryPolicy | None = None,
+        timezone: str | None = None,
+    ) -> TaskInfo:
+        """Schedule a prompt (a string: it becomes a submission) or a handler (a method of this agent, or its name).
+
+        ``when``: seconds from now or a datetime (once), or a spec (``"every 2 hours"``, ``"every day at 09:00 in
+        Europe/Paris"``, ``"0 9 * * mon-fri"``). See ``think_actors.schedule`` for occurrences and DST rules.
+        """
+        if callable(prompt):
+            handler, prompt = getattr(prompt, "__name__", ""), None
+        return await self._schedule_binding().schedule(
+            when, prompt, handler=handler, metadata=metadata, task_id=task_id, retry=retry, timezone=timezone
+        )
+
+    async def list_schedules(self) -> list[TaskInfo]:
+        """This agent's scheduled tasks, the next to run first."""
+        return await self._schedule_binding().list()
+
+    async def cancel_schedule(self, task_id: str) -> bool:
+        """Remove a scheduled task (and a retry it was waiting for); False when there was none."""
+        return await self._schedule_binding().cancel(task_id)
+
+    async def run_scheduled_task(self, handler: str, facts: dict[str, Any]) -> bool:
+        """Run a handler task's occurrence (the scheduler calls this); False if that occurrence already ran."""
+        await self._engine.ensure_started()
+        return await run_handler(self, handler, facts)
+
+    def attach_schedules(self, schedules: AgentSchedules) -> None:
+        """Keep this agent's scheduled tasks in ``schedules`` (``LocalScheduler.attach`` and the runtime call it)."""
+        self._schedules = schedules
+
+    async def sync_schedules(self) -> None:
+        """Register the class's ``schedules`` in the schedule store (on Ray, when the actor starts)."""
+        if self.schedules or self._schedules is not None:
+            await self._schedule_binding().sync_class(self.schedules)
+
+    def _schedule_binding(self) -> AgentSchedules:
+        if self._schedules is None:
+            if self._engine.runtime is None:
+                raise ConfigurationError(
+                    f"agent {self.path!r} runs in process without a scheduler: attach it with "
+                    "`await ta.LocalScheduler().attach(agent)`, or spawn it on Ray"
+                )
+            store = open_schedule_store(self.store_url, self.data_dir)  # the store the cluster's scheduler reads
+            self._schedules = AgentSchedules(
+                store, self.path, type(self).__name__, default_timezone=self.default_timezone
+            )
+        return self._schedules
 
     async def add_messages(self, messages: Any, *, parent_id: str | None = LATEST, mode: str = "append") -> None:
         """Write messages without a turn (safe inside a tool). Entries chain under ``parent_id``.

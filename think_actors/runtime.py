@@ -42,6 +42,7 @@ from .mcp.shared import ray_connect
 from .messages import UIMessage
 from .models import set_model_resolver
 from .observability import Event
+from .schedule import TaskInfo
 from .store import STORE_ENV, agent_path, check_store_url
 from .submissions import Submission
 from .tools import Tool, ToolContext
@@ -662,6 +663,20 @@ class AgentHandle:
         states: dict[str, McpServerState] = await self._forward("wait_for_mcp_connections", timeout_s)
         return states
 
+    async def schedule(self, when: Any, prompt: str | None = None, **options: Any) -> TaskInfo:
+        """``Think.schedule`` in the agent (woken if it hibernates); a handler is given by name (``handler=``)."""
+        info: TaskInfo = await self._forward("schedule", when, prompt, **options)
+        return info
+
+    async def list_schedules(self) -> list[TaskInfo]:
+        return list(await self._forward("list_schedules"))
+
+    async def cancel_schedule(self, task_id: str) -> bool:
+        return bool(await self._forward("cancel_schedule", task_id))
+
+    async def run_scheduled_task(self, handler: str, facts: dict[str, Any]) -> bool:
+        return bool(await self._forward("run_scheduled_task", handler, facts))
+
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._invoke("forward", method, args, kwargs)
 
@@ -732,6 +747,10 @@ _FORWARDED_METHODS = frozenset(
         "remove_mcp_server",
         "get_mcp_servers",
         "wait_for_mcp_connections",
+        "schedule",
+        "list_schedules",
+        "cancel_schedule",
+        "run_scheduled_task",
     }
 )
 
@@ -815,6 +834,10 @@ class AgentHost:
             await self.agent.load_messages()
         except Exception:
             log.exception("agent %r could not start; the next call to it starts it again", self.path)
+        try:
+            await self.agent.sync_schedules()  # the class's schedules, in the store the cluster's scheduler reads
+        except Exception:
+            log.exception("agent %r: its class's schedules could not be registered", self.path)
         if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
             self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
 

@@ -1,0 +1,100 @@
+"""The cluster's scheduler: one named, detached Ray actor for every agent, its state in the schedule store.
+
+``start_scheduler()`` gets or creates it. Ray restarts it without limit, on another node when its node is lost;
+it keeps nothing in memory that the store does not hold, so the restarted actor goes on from the store: a task
+whose occurrence passed while no scheduler ran fires once (the latest occurrence), a fire whose delivery was
+cut short is taken again when its claim runs out. Two schedulers (a second one started by hand, or an old one
+not yet gone) race on the store's unique claim and fire each occurrence once.
+
+Delivery wakes a hibernated or never-started agent the way any handle does (the registry knows how to start
+it): its prompt is a ``submit_messages``, so the agent stays resident until that turn is done and then may
+hibernate again. The scheduler reads the store every ``poll_s`` seconds, so a task added anywhere is seen
+within that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+import ray
+
+from ..runtime import AgentHandle, RuntimeConfig, _process_setup, _require_config
+from .client import AgentSchedules
+from .scheduler import Scheduler, deliver_to
+from .store import ScheduleStore, open_schedule_store
+from .tasks import FireRecord
+
+__all__ = ["SCHEDULER_NAME", "SchedulerActor", "schedules_of", "start_scheduler"]
+
+SCHEDULER_NAME = "think_actors.scheduler"
+log = logging.getLogger("think_actors")
+
+
+@ray.remote
+class SchedulerActor:
+    """The scheduler of every agent of a namespace (module docstring)."""
+
+    def __init__(self, config: RuntimeConfig, poll_s: float, claim_s: float) -> None:
+        _process_setup(config)
+        self.config = config
+        self.store: ScheduleStore = open_schedule_store(config.store_url, config.data_dir)
+        node = ray.get_runtime_context().get_node_id()
+        self.scheduler = Scheduler(
+            self.store, self._deliver, owner=f"{node[:12]}-{os.getpid()}", poll_s=poll_s, claim_s=claim_s
+        )
+        # A task on the actor's own loop, never a call to itself (refused while Ray counts it as restarting).
+        self._loop = asyncio.get_running_loop().create_task(self.scheduler.run())
+
+    async def _deliver(self, fire: FireRecord) -> None:
+        try:
+            actor = ray.get_actor(fire.agent_path, namespace=self.config.namespace)
+        except ValueError:
+            actor = None  # hibernated or never started: the handle's first call wakes it
+        await deliver_to(AgentHandle(actor, fire.agent_path, fire.task.agent_class), fire)
+
+    async def status(self) -> dict[str, Any]:
+        """Who runs the scheduler, and how much it has delivered since this actor started."""
+        return {
+            "owner": self.scheduler.owner,
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "delivered": self.scheduler.delivered,
+            "running": not self._loop.done(),
+        }
+
+    async def poke(self) -> None:
+        self.scheduler.poke()
+
+
+async def start_scheduler(*, poll_s: float = 1.0, claim_s: float = 300.0, name: str = SCHEDULER_NAME) -> Any:
+    """Get or create the cluster's scheduler actor (call it once from a driver, after ``ta.init``).
+
+    ``poll_s``: how often it reads the store for tasks added since; ``claim_s``: how long a delivery may take before
+    another scheduler takes the occurrence over (a handler running longer may run twice). ``name`` is for tests
+    that run a second scheduler on purpose.
+    """
+    config = _require_config()
+    remote: Any = SchedulerActor
+    actor = remote.options(
+        name=name,
+        namespace=config.namespace,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        max_task_retries=0,
+        num_cpus=0,
+        memory=1,  # as agents: a resource, so that Ray does not place it on a random node whatever it is told
+        max_concurrency=1000,
+    ).remote(config, poll_s, claim_s)
+    await actor.status.remote()
+    return actor
+
+
+def schedules_of(handle: AgentHandle) -> AgentSchedules:
+    """An agent's scheduled tasks, read and written from a driver without waking the agent (``handle.schedule``
+    wakes it; this does not): ``await ta.schedule.cluster.schedules_of(handle).schedule(60, "ping")``."""
+    config = _require_config()
+    return AgentSchedules(open_schedule_store(config.store_url, config.data_dir), handle.path, handle.class_name)

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from think_actors.models import ModelEvent, ModelInfo, ModelRequest
+from think_actors.models.events import ModelEvent, ModelInfo, ModelRequest
 from think_actors.models.fast_path import fast_path_enabled
 from think_actors.models.litellm import LiteLLMClient
 from think_actors.models.openai_wire import OpenAIWireClient

@@ -48,7 +48,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
 from think_actors.errors import ConfigurationError, ModelError, ProviderError
-from think_actors.models import (
+from think_actors.models.events import (
     FinishEvent,
     ModelEvent,
     ModelInfo,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from think_actors.errors import ContextOverflowError, ModelError, ProviderError, RateLimitError
-from think_actors.models import FileEvent, ModelEvent, ReasoningDelta, TextDelta
+from think_actors.models.events import FileEvent, ModelEvent, ReasoningDelta, TextDelta
 
 __all__ = [
     "CONTEXT_OVERFLOW",

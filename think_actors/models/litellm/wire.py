@@ -30,8 +30,9 @@ from litellm.utils import (
 )
 
 from think_actors.errors import ModelConnectionError, ModelError, ModelTimeoutError, ProviderError
-from think_actors.models import Usage
-from think_actors.models.litellm import _cost, _int, _log, _parse_body, _str, _to_model_error
+from think_actors.models.events import Usage
+from think_actors.models.litellm.error_map import _parse_body, _to_model_error
+from think_actors.models.litellm.stream import _cost, _int, _log, _str
 from think_actors.models.provider_data import get as _get
 from think_actors.models.provider_data import output_tokens, reported_cost_usd
 from think_actors.models.retry_policy import retry_after_s

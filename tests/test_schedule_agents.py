@@ -183,7 +183,7 @@ async def test_run_time_tasks_one_shot_by_delay_and_datetime_recurring_by_spec_l
     soon = await agent.schedule(30, "remind me", metadata={"who": "ana"})
     later = await agent.schedule(dt.datetime(2026, 12, 7, 12, 0, tzinfo=BERLIN), "lunch", task_id="lunch")
     weekly = await agent.schedule("every week on fri at 17:00", "weekly review", task_id="review")
-    gone = await agent.schedule("every 10 minutes", "never", task_id="gone")
+    await agent.schedule("every 10 minutes", "never", task_id="gone")
     assert soon.kind == "once" and soon.next_at == START + 30 and soon.metadata == {"who": "ana"}
     assert later.next_at == dt.datetime(2026, 12, 7, 12, 0, tzinfo=BERLIN).timestamp()
     assert weekly.schedule == "every week on fri at 17:00 in Europe/Berlin"  # the agent's zone

@@ -185,9 +185,9 @@ def test_class_declarations_check_their_spec_and_action_where_the_class_is_defin
     assert ta.cron("0 9 * * mon-fri", handler="report").task_id() != ta.cron("0 9 * * mon-fri", "report").task_id()
     with pytest.raises(ta.ConfigurationError, match="exactly one of a prompt"):
         ta.every("1 hour")
-    with pytest.raises(ta.ConfigurationError, match="use ta.every"):
+    with pytest.raises(ta.ConfigurationError, match=r"use ta\.every"):
         ta.cron("every day at 09:00", "x")
     with pytest.raises(ta.ConfigurationError, match="must be JSON"):
         ta.every("1 hour", "x", metadata={"when": dt.date(2026, 1, 1)})
-    with pytest.raises(ta.ConfigurationError, match="RetryPolicy.max_attempts"):
+    with pytest.raises(ta.ConfigurationError, match=r"RetryPolicy\.max_attempts"):
         ta.RetryPolicy(max_attempts=0)

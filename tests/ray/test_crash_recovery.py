@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,8 @@ CRASH_POINTS = [
     "on_chat_response",
     "submission:completed",
 ]
+# One event loop for the module, so the matrix's runs outlive the test that started them.
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 CALLS = {"call-charge": "charge", "call-note": "note", "call-lookup": "lookup"}
 
 
@@ -97,24 +100,41 @@ async def run(
     return final, messages, report
 
 
-_BASELINE: list[list[ta.UIMessage]] = []
+# The matrix's runs go on side by side, a few at a time (most of a run is waiting for Ray to restart the actor):
+# the first test of the matrix starts them all on the module's event loop, and each test awaits its own.
+PARALLEL_RUNS = 4
+_RUNS: dict[str | None, asyncio.Task[tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]]] = {}
+
+
+def matrix(
+    ray_runtime: Any,
+) -> dict[str | None, asyncio.Task[tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]]]:
+    """The runs of the uncrashed baseline (key None) and of every crash point, started once per module."""
+    if not _RUNS:
+        gate = asyncio.Semaphore(PARALLEL_RUNS)
+
+        async def one(point: str | None) -> tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]:
+            async with gate:
+                return await run(ray_runtime, f"crash-{uuid.uuid4().hex[:10]}", point)
+
+        for point in [None, *CRASH_POINTS]:
+            _RUNS[point] = asyncio.create_task(one(point))
+    return _RUNS
 
 
 async def baseline(ray_runtime: Any) -> list[ta.UIMessage]:
-    """The uncrashed run's transcript (run once per session)."""
-    if not _BASELINE:
-        final, messages, report = await run(ray_runtime, f"crash-baseline-{time.time_ns()}", None)
-        assert final.status == "completed"
-        assert report["effects"] == {"call-charge": 1, "call-note": 1, "call-lookup": 1}
-        _BASELINE.append(messages)
-    return _BASELINE[0]
+    """The uncrashed run's transcript."""
+    final, messages, report = await asyncio.shield(matrix(ray_runtime)[None])
+    assert final.status == "completed"
+    assert report["effects"] == {"call-charge": 1, "call-note": 1, "call-lookup": 1}
+    return messages
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("point", CRASH_POINTS)
-async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, unique: str, point: str) -> None:
+async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, point: str) -> None:
     uncrashed = await baseline(ray_runtime)
-    final, messages, report = await run(ray_runtime, unique, point)
+    final, messages, report = await asyncio.shield(matrix(ray_runtime)[point])
 
     assert report["pending"] is None, f"the crash point {point} was never reached"
     assert final.status == "completed", final.error

@@ -19,8 +19,8 @@ BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 
 
-def at(zone: ZoneInfo, *fields: int, fold: int = 0) -> float:
-    return dt.datetime(*fields, tzinfo=zone, fold=fold).timestamp()  # type: ignore[misc]
+def at(zone: ZoneInfo, year: int, month: int, day: int, hour: int, minute: int, fold: int = 0) -> float:
+    return dt.datetime(year, month, day, hour, minute, tzinfo=zone, fold=fold).timestamp()
 
 
 def utc(t: float) -> str:

@@ -155,12 +155,12 @@ def parse_schedule(spec: str, default_timezone: str | None = None) -> Schedule:
             cron=f"{minute} {hour} * * {days}",
         )
     if match := _WEEKLY.fullmatch(lowered):
-        days = [d.strip() for d in match.group(1).split(",")]
-        unknown = [d for d in days if d not in _DAYS]
+        named = [d.strip() for d in match.group(1).split(",")]
+        unknown = [d for d in named if d not in _DAYS]
         if unknown:
             raise ConfigurationError(f"bad schedule {spec!r}: unknown day {unknown[0]!r}; use {', '.join(_DAYS)}")
         hour, minute = _clock(spec, match.group(2), match.group(3))
-        ordered = [d for d in _DAYS if d in days]
+        ordered = [d for d in _DAYS if d in named]
         return Schedule(
             "weekly",
             f"every week on {','.join(ordered)} at {hour:02d}:{minute:02d} in {zone}",

@@ -113,8 +113,8 @@ class MemoryScheduleStore:
 
     async def sync_class_tasks(self, agent_path: str, tasks: Sequence[TaskRecord]) -> None:
         wanted = {t.task_id: t for t in tasks}
-        for (agent, task_id), old in list(self._tasks.items()):
-            if agent == agent_path and old.source == "class" and task_id not in wanted:
+        for (agent, task_id), kept in list(self._tasks.items()):
+            if agent == agent_path and kept.source == "class" and task_id not in wanted:
                 await self.delete_task(agent_path, task_id)
         for task in tasks:
             old = self._tasks.get((agent_path, task.task_id))

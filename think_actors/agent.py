@@ -15,6 +15,7 @@ from . import mcp as _mcp
 from . import metrics as _metrics
 from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
+from ._turn.durable import attach_durable
 from ._turn.engine import Engine
 from ._turn.queue import TurnQueue
 from .errors import ConfigurationError
@@ -178,6 +179,7 @@ class Think:
         elif self.store_url is not None:
             self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
+        self._durable = attach_durable(self._engine)
         self._mcp = McpManager(self.mcp_servers)
         self._schedules: AgentSchedules | None = None
         if _metrics.enabled(type(self)):
@@ -464,30 +466,30 @@ class Think:
         ``accepted=False`` and stores nothing. Never waits on the queue, so it is safe inside a turn, a tool and
         ``on_chat_response``. Raises ConfigurationError for empty input or an id and key naming two submissions.
         """
-        return await self._engine.submissions.submit(
+        return await self._durable.submissions.submit(
             messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata
         )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         """The submission's current state, or None when there is none."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.inspect(submission_id)
+        return await self._durable.submissions.inspect(submission_id)
 
     async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 50) -> list[Submission]:
         """Submissions (of a status or statuses), newest first (by acceptance time, then id, as Think lists them);
         ``limit`` (clamped to 1..100, as Think's) keeps the newest."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.list_some(status, limit)
+        return await self._durable.submissions.list_some(status, limit)
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
         """Abort a pending or running submission (its status becomes ``aborted``); False if it is already final."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.cancel(submission_id, reason)
+        return await self._durable.submissions.cancel(submission_id, reason)
 
     async def delete_submission(self, submission_id: str) -> bool:
         """Delete a final submission; pending and running ones are kept (False)."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.delete(submission_id)
+        return await self._durable.submissions.delete(submission_id)
 
     async def delete_submissions(
         self, status: str | Sequence[str] | None = None, *, completed_before: float | None = None, limit: int = 100
@@ -497,12 +499,12 @@ class Think:
         The earliest finished go first (by completion time, then acceptance time, as Think deletes them); ``limit``
         is clamped to 1..500."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.delete_many(status, completed_before, limit)
+        return await self._durable.submissions.delete_many(status, completed_before, limit)
 
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
         """Wait until the submission's status is final and return it."""
         await self._engine.ensure_started()
-        return await self._engine.submissions.wait(submission_id, timeout_s)
+        return await self._durable.submissions.wait(submission_id, timeout_s)
 
     async def schedule(
         self,
@@ -612,7 +614,7 @@ class Think:
         after 50 ms of quiet (so a batch coalesces), unless the latest reply is mid-batch: one of its calls has its
         answer and another still waits (then the last answer of the batch continues it).
         """
-        return await self._engine.interactions.add_tool_result(
+        return await self._durable.interactions.add_tool_result(
             tool_call_id, output=output, error=error, auto_continue=auto_continue
         )
 
@@ -621,7 +623,7 @@ class Think:
     ) -> bool:
         """Approve or deny a call of a ``needs_approval`` tool. Approved, the continuation runs it (through
         ``before_tool_call``, still the outer gate); denied, the model sees the denial and the tool never runs."""
-        return await self._engine.interactions.add_tool_approval(
+        return await self._durable.interactions.add_tool_approval(
             tool_call_id, approved, reason=reason, auto_continue=auto_continue
         )
 
@@ -645,18 +647,18 @@ class Think:
         """Whether a call waits for a person (an approval) or a client (a call of a stored client tool, see
         ``set_client_tools``). A server tool's waiting call, or one of a client tool of one ``chat()``, is not:
         nothing can answer it any more, so the next turn or recovery repairs it."""
-        return self._engine.interactions.pending()
+        return self._durable.interactions.pending()
 
     async def pending_continuation_id(self) -> str | None:
         """The request id of the auto-continuation that runs now, or that a tool answer armed and will run next
         (the gateway tells a client that asks for the stream this id before it starts); None when there is none."""
         await self._engine.ensure_started()
-        return self._engine.interactions.upcoming()
+        return self._durable.interactions.upcoming()
 
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
         """Wait until no turn runs or waits and no auto-continuation is armed (it may never be, while a call
         waits for an answer: pass a timeout)."""
-        await self._engine.interactions.wait_until_stable(timeout_s)
+        await self._durable.interactions.wait_until_stable(timeout_s)
 
     async def attach(self, request_id: str, *, position: int | None = None) -> AsyncIterator[Any]:
         """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn (or a
@@ -668,7 +670,7 @@ class Think:
         of the log written before a crash included.
         """
         await self._engine.ensure_started()
-        async for chunk in self._engine.recovery.attach(request_id, position):
+        async for chunk in self._durable.recovery.attach(request_id, position):
             yield chunk
 
     def get_messages(self) -> list[UIMessage]:
@@ -695,11 +697,11 @@ class Think:
         engine.queue.reset()
         engine.aborts.cancel_all("cleared")
         await engine.ensure_started()
-        await engine.submissions.skip_pending()
+        await self._durable.submissions.skip_pending()
         await engine.store.clear_messages()
         await engine.store.clear_turn_state()
         await engine.remember_turn_context(None, [])
-        await engine.interactions.reset()  # no continuation survives the history it would continue
+        await self._durable.interactions.reset()  # no continuation survives the history it would continue
         await engine.store.set_kv(_CHAT_TERMINAL_KEY, None)
         if engine.session is not None:
             await engine.session.clear()

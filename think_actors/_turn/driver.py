@@ -51,6 +51,7 @@ from .engine import Engine
 from .journal import TurnJournal
 from .loop import run_steps
 from .overflow import compact
+from .pending import approved_calls, run_pending
 from .relay import relayed
 from .run import TurnRun, TurnStats
 
@@ -88,6 +89,7 @@ class TurnSpec:
     # before they ran does not leave them stored as "interrupted" (the next recovery runs them again).
     reruns: frozenset[str] = frozenset()
     recover: Any = None  # the TurnRecord of an interrupted turn this turn recovers
+    recover_body: Callable[[Engine, TurnSpec], AsyncGenerator[Any, None]] | None = None  # runs it, in the slot
     should_apply: Callable[[], Awaitable[bool]] | None = None  # checked before the input is appended (submissions)
     on_applied: Callable[[], Awaitable[None]] | None = None  # after the input was appended
     # A submission's status: written after the response hook, while the record (marked finished) still exists.
@@ -376,9 +378,10 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         outcome.status = "skipped"
         return
     if spec.recover is not None:
-        from .recovery import recover_turn  # recovery builds on this module
-
-        async with aclosing(recover_turn(engine, spec)) as recovering:
+        # Recovery builds on this module, so it hands over the body of its turns rather than being imported here.
+        if spec.recover_body is None:
+            raise TypeError("a recovery turn's TurnSpec needs recover_body (recovery.recover_turn)")
+        async with aclosing(spec.recover_body(engine, spec)) as recovering:
             async for chunk in recovering:
                 yield chunk
         return
@@ -484,9 +487,6 @@ async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> Asyn
     message_id = journal.message_id or new_id()
     if spec.continuation:
         # Calls a person approved run first, through the hooks; their results settle the earlier message.
-        from .interactions import approved_calls
-        from .pending import run_pending
-
         holder, approved = approved_calls(engine.messages)
         if holder is not None and approved:
             try:

@@ -13,7 +13,7 @@ import inspect
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from ..chunks import ToolUpdate, parse_chunk
 from ..compaction import create_compact_function, estimate_tokens
@@ -27,12 +27,10 @@ from ..store import STORE_ENV, SQLiteStore, Store, open_store
 from ..tools import Tool, ToolContext, class_tools
 from .abort import AbortRegistry
 from .convert import to_model_messages
+from .ports import InteractionsPort, RecoveryPort, SubmissionsPort
 from .queue import TurnQueue
 
-if TYPE_CHECKING:
-    from .interactions import Interactions
-    from .recovery import Recovery
-    from .submissions import Submissions
+_F = TypeVar("_F")
 
 __all__ = ["DATA_DIR_ENV", "Engine"]
 
@@ -77,52 +75,49 @@ class Engine:
         self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor
         self.observers = Observers(type(agent).__name__, agent.name, agent.path)
         self.warned_classifier = False
-        self._submissions: Submissions | None = None
-        self._recovery: Recovery | None = None
-        self._interactions: Interactions | None = None
+        self._submissions: SubmissionsPort | None = None
+        self._recovery: RecoveryPort | None = None
+        self._interactions: InteractionsPort | None = None
         self._start_lock = asyncio.Lock()
         self.journal: Any = None  # the TurnJournal of the turn holding the slot, if it keeps one (``durable``)
 
+    def attach(self, *, submissions: SubmissionsPort, recovery: RecoveryPort, interactions: InteractionsPort) -> None:
+        """Hand the engine the durable features built on it (they run turns through the driver, above this module)."""
+        self._submissions = submissions
+        self._recovery = recovery
+        self._interactions = interactions
+
     @property
-    def submissions(self) -> Submissions:
+    def submissions(self) -> SubmissionsPort:
         """The submission ledger and its drain (``_turn/submissions.py``)."""
-        if self._submissions is None:
-            from .submissions import Submissions  # it builds on the driver, which builds on this module
-
-            self._submissions = Submissions(self)
-        return self._submissions
+        return self._attached(self._submissions)
 
     @property
-    def recovery(self) -> Recovery:
+    def recovery(self) -> RecoveryPort:
         """Recovery of turns a crash interrupted (``_turn/recovery.py``)."""
-        if self._recovery is None:
-            from .recovery import Recovery
-
-            self._recovery = Recovery(self)
-        return self._recovery
+        return self._attached(self._recovery)
 
     @property
-    def interactions(self) -> Interactions:
+    def interactions(self) -> InteractionsPort:
         """Tool results, approvals and the auto-continuation barrier (``_turn/interactions.py``)."""
-        if self._interactions is None:
-            from .interactions import Interactions
+        return self._attached(self._interactions)
 
-            self._interactions = Interactions(self)
-        return self._interactions
+    @staticmethod
+    def _attached(feature: _F | None) -> _F:
+        if feature is None:
+            raise RuntimeError("the engine has no durable features: build them with _turn.durable.attach_durable")
+        return feature
 
     def resident_reason(self) -> str | None:
         """Why the agent must stay in memory now (a turn, the submission drain, a continuation, a recovery), or
         None when it could hibernate: everything it knows is in its store."""
         if self.queue.busy:
             return "a turn runs or waits"
-        submissions = self._submissions
-        if submissions is not None and submissions._drain is not None and not submissions._drain.done():
+        if self._submissions is not None and self._submissions.draining():
             return "submissions are draining"
-        interactions = self._interactions
-        if interactions is not None and not interactions.quiet():
+        if self._interactions is not None and not self._interactions.quiet():
             return "an auto-continuation is armed or running"
-        recovery = self._recovery
-        if recovery is not None and recovery._tasks:
+        if self._recovery is not None and self._recovery.busy():
             return "a turn is being recovered"
         return None
 

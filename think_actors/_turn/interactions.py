@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..messages import ToolApproval, ToolPart, ToolState, UIMessage, new_id
 from ..tools import _jsonable
+from .driver import TurnSpec, turn_stream
 from .engine import Engine
 
 log = logging.getLogger("think_actors")
@@ -212,8 +213,6 @@ class Interactions:
         self._running = asyncio.get_running_loop().create_task(task, context=contextvars.Context())
 
     async def _continue(self, request_id: str) -> None:
-        from .driver import TurnSpec, turn_stream
-
         engine = self.engine
         await self._store_armed(self._armed)  # fired: from here the continuation's own turn record keeps it
         spec = TurnSpec(
@@ -289,20 +288,3 @@ def incomplete_batch(messages: list[UIMessage]) -> bool:
             if waiting and answered:
                 return True
     return False
-
-
-def _latest_assistant(messages: list[UIMessage]) -> UIMessage | None:
-    for message in reversed(messages):
-        if message.role == "assistant":
-            return message
-        if message.role == "user":
-            return None
-    return None
-
-
-def approved_calls(messages: list[UIMessage]) -> tuple[UIMessage | None, list[ToolPart]]:
-    """The latest assistant message and its calls a person approved that have not run yet."""
-    latest = _latest_assistant(messages)
-    if latest is None:
-        return None, []
-    return latest, [p for p in latest.parts if isinstance(p, ToolPart) and p.state == "approval-responded"]

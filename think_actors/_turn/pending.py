@@ -14,6 +14,23 @@ from .tool_calls import ParsedCall, run_calls
 NO_LONGER_AVAILABLE = "The tool is no longer available."
 
 
+def _latest_assistant(messages: list[UIMessage]) -> UIMessage | None:
+    for message in reversed(messages):
+        if message.role == "assistant":
+            return message
+        if message.role == "user":
+            return None
+    return None
+
+
+def approved_calls(messages: list[UIMessage]) -> tuple[UIMessage | None, list[ToolPart]]:
+    """The latest assistant message and its calls a person approved that have not run yet."""
+    latest = _latest_assistant(messages)
+    if latest is None:
+        return None, []
+    return latest, [p for p in latest.parts if isinstance(p, ToolPart) and p.state == "approval-responded"]
+
+
 def settled(part: ToolPart, output: Any, error: str | None) -> ToolPart:
     if error is not None:
         return part.with_state("output-error", error_text=error)

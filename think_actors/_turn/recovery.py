@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..chunks import ErrorChunk, MessageAccumulator
@@ -34,9 +33,11 @@ from ..hooks import (
 from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
+from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, turn_stream
 from .engine import Engine
 from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
 from .pending import run_pending, settle_part, settled
+from .ports import LiveTurn
 
 log = logging.getLogger("think_actors")
 
@@ -46,29 +47,6 @@ UNKNOWN_OUTCOME = (
 )
 MAX_KEPT_RESULTS = 100
 _NOT_PROGRESS = frozenset({"start", "start-step", "finish-step", "finish"})
-
-
-@dataclass(slots=True)
-class LiveTurn:
-    """A recovered turn's chunks so far, for callers that re-attach by request id."""
-
-    chunks: list[Any] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    # The log of the turn when this process began to follow it (what the stream carried before ``chunks``, as
-    # the restart found it), None until the recovery turn has read it; ``base`` is its units (journal.units).
-    replay: list[Any] | None = None
-    base: int = 0
-    done: bool = False
-    status: str | None = None
-    attempts: int = 0  # runs of the turn started and not yet ended (a stalled one schedules the next)
-
-    def end(self, status: str | None) -> None:
-        """One run of the turn ended; the turn is done when no run of it is left (a stalled one scheduled its
-        recovery, which carries on the same stream)."""
-        self.attempts -= 1
-        self.status = status
-        self.done = self.attempts <= 0
-        self.changed.set()
 
 
 class Recovery:
@@ -96,8 +74,6 @@ class Recovery:
                 self.schedule(record)
                 continue
             if record.submission_id is not None:
-                from .driver import TurnOutcome
-
                 outcome = record.data.get("outcome") or {}
                 finished = TurnOutcome(status=str(outcome.get("status", "completed")), error=outcome.get("error"))
                 await engine.submissions.finisher(record.submission_id)(finished)
@@ -126,13 +102,15 @@ class Recovery:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def busy(self) -> bool:
+        """Whether a recovery turn is scheduled or running."""
+        return bool(self._tasks)
+
     async def idle(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def _drive(self, record: TurnRecord, live: LiveTurn) -> None:
-        from .driver import TurnSpec, turn_stream
-
         engine = self.engine
         spec = TurnSpec(
             request_id=record.request_id,
@@ -143,6 +121,7 @@ class Recovery:
             body=record.data.get("body"),
             submission_id=record.submission_id,
             recover=record,
+            recover_body=recover_turn,
             on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
         )
         try:
@@ -202,12 +181,11 @@ class Recovery:
 
 async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
     """The body of a recovery turn (inside the turn slot): settle, decide, then continue or retry."""
-    from .driver import attempts, finish, prepare
-
     record: TurnRecord = spec.recover
     store = engine.store
     agent = engine.agent
-    recovery: Recovery = engine.recovery
+    recovery = engine.recovery
+    assert isinstance(recovery, Recovery), "recover_turn runs the turns of recovery.Recovery"
     config = recovery.config()
     outcome = spec.outcome
     now = time.time()

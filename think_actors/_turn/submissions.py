@@ -218,6 +218,10 @@ class Submissions:
 
     # ------------------------------------------------------------------ the drain
 
+    def draining(self) -> bool:
+        """Whether the drain is running."""
+        return self._drain is not None and not self._drain.done()
+
     def wake(self) -> None:
         """Make sure the drain runs (it is one task per agent; a wake while it runs makes it look again)."""
         if self._drain is not None and not self._drain.done():

@@ -20,6 +20,7 @@ import os
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..runtime import AgentHandle, RuntimeConfig, _process_setup, _require_config
 from .client import AgentSchedules
@@ -69,12 +70,15 @@ class SchedulerActor:
         self.scheduler.poke()
 
 
-async def start_scheduler(*, poll_s: float = 1.0, claim_s: float = 300.0, name: str = SCHEDULER_NAME) -> Any:
+async def start_scheduler(
+    *, poll_s: float = 1.0, claim_s: float = 300.0, node_id: str | None = None, name: str = SCHEDULER_NAME
+) -> Any:
     """Get or create the cluster's scheduler actor (call it once from a driver, after ``ta.init``).
 
     ``poll_s``: how often it reads the store for tasks added since; ``claim_s``: how long a delivery may take before
-    another scheduler takes the occurrence over (a handler running longer may run twice). ``name`` is for tests
-    that run a second scheduler on purpose.
+    another scheduler takes the occurrence over (a handler running longer may run twice). ``node_id`` asks for a
+    node, softly (when it is gone, Ray restarts the scheduler elsewhere). ``name`` is for tests that run a second
+    scheduler on purpose. An existing scheduler is returned as it is.
     """
     config = _require_config()
     remote: Any = SchedulerActor
@@ -88,6 +92,7 @@ async def start_scheduler(*, poll_s: float = 1.0, claim_s: float = 300.0, name: 
         num_cpus=0,
         memory=1,  # as agents: a resource, so that Ray does not place it on a random node whatever it is told
         max_concurrency=1000,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "DEFAULT",
     ).remote(config, poll_s, claim_s)
     await actor.status.remote()
     return actor

@@ -6,7 +6,8 @@ the agent named ``mcp``). The call runs a turn of that agent, as a chat over the
 result is the reply's text plus structured content ``{agent, name, requestId, messageId, status}``. While the turn
 streams, a client that sent a progress token gets a progress notification per text delta and per tool call. An
 unknown tool (agent class), a bad agent name, a bad input and a failed or aborted turn are tool errors
-(``isError``) whose text says what happened; a client that cancels its call cancels the turn.
+(``isError``) whose text says what happened. Not built: a client's ``notifications/cancelled`` does not stop the
+turn (in stateless mode it reaches a fresh server that never saw the call); the turn runs to its end and is stored.
 
 Two ways to serve it, one server (the official SDK's low-level ``Server``, no hand-written JSON-RPC):
 
@@ -177,7 +178,7 @@ class _AgentTools:
                     with contextlib.suppress(Exception):  # a lost progress notification must not cost the turn
                         await ctx.session.report_progress(reply.steps, None, update)
         except asyncio.CancelledError:
-            # The client cancelled the call (or went away): the turn stops too, rather than run for nobody.
+            # The SDK cancelled the call (the gateway shuts down): the turn stops too, rather than run for nobody.
             with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
                 await agent.cancel_chat(request_id, "the MCP client cancelled the call")
             raise
@@ -213,6 +214,7 @@ class McpEndpoint:
         )
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Future[web.StreamResponse]] = set()
 
     def mount(self, app: web.Application) -> None:
         app.router.add_route("*", self.PATH, self._handle)
@@ -241,16 +243,30 @@ class McpEndpoint:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        return await _serve_asgi(self._manager.handle_request, request)
+        finished = asyncio.Event()
+        task = asyncio.ensure_future(_serve_asgi(self._manager.handle_request, request, finished))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # aiohttp cancels the handler of a client that left (with handler_cancellation on): the SDK hears a
+            # disconnect and winds the request down itself. Cancelling it instead could cost a session it just
+            # opened (one whose answer was sent in full before the client closed the connection).
+            finished.set()
+            raise
 
 
 async def _serve_asgi(
     app: Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]], Awaitable[None]],
     request: web.Request,
+    finished: asyncio.Event,
 ) -> web.StreamResponse:
-    """Serve an aiohttp request with an ASGI application (HTTP only; the body is read whole first)."""
+    """Serve an aiohttp request with an ASGI application (HTTP only; the body is read whole first).
+
+    ``finished`` is set when the response ended or the client went away: then ``receive()`` says disconnect.
+    """
     body = await request.read()
-    finished = asyncio.Event()  # the response ended or the client went away: receive() says disconnect
     response: web.StreamResponse | None = None
     body_sent = False
     peer = request.transport.get_extra_info("peername") if request.transport is not None else None
@@ -284,6 +300,9 @@ async def _serve_asgi(
             response = web.StreamResponse(status=message["status"])
             for key, value in message.get("headers") or ():
                 response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+            if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await response.prepare(request)  # a stream's headers go out now, before its first event
             return
         if message["type"] != "http.response.body" or response is None or finished.is_set():
             return

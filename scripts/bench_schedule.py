@@ -1,0 +1,181 @@
+"""Scheduled prompts at scale (issue 21): many agents, one occurrence each within a window, fire lateness.
+
+Two measurements, each printed as one JSON line:
+
+(a) ``--mode scheduler``: ``--tasks`` one-shot tasks of as many agents in a real schedule store (SQLite under a
+    temporary directory, or ``--store postgresql://...``), due at random times within ``--window-s``; the real
+    ``Scheduler`` on the real clock delivers each to a recorder instead of an agent. Lateness is the delivery's
+    time minus the occurrence's: what the scheduler itself adds (store queries, claims, records).
+(b) ``--mode agents``: ``--agents`` agents provisioned on local Ray (addressable, never started; each hibernates
+    ``--idle-s`` after its turn), each given one scheduled prompt within the window from the driver (no agent is
+    woken to schedule), and the cluster's scheduler actor. Lateness is the time the agent accepted the submission
+    (its ``on_submission_status`` hook, reported to one recorder actor) minus the occurrence's. Waking an agent is
+    starting a Ray actor (about 2-4 per second on 2 cores, stack-notes), so with more agents due per second than
+    the node can start, lateness grows with the queue: the figure says so rather than hiding it. Also printed:
+    how many agents are resident at the end (after ``--settle-s``) and the node's Python processes.
+
+Usage: python scripts/bench_schedule.py [--mode scheduler|agents|both] [--tasks 10000] [--agents 10000]
+       [--window-s 60] [--store URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psutil
+import ray
+
+import think_actors as ta
+from think_actors.schedule import AgentSchedules, FireRecord, Scheduler, open_schedule_store
+from think_actors.schedule.cluster import schedules_of
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def summary(lateness: list[float], expected: int) -> dict[str, Any]:
+    return {
+        "fired": len(lateness),
+        "expected": expected,
+        "lateness_p50_ms": round(percentile(lateness, 0.50) * 1000, 1),
+        "lateness_p99_ms": round(percentile(lateness, 0.99) * 1000, 1),
+        "lateness_max_ms": round(max(lateness, default=float("nan")) * 1000, 1),
+        "lateness_mean_ms": round(statistics.fmean(lateness) * 1000, 1) if lateness else None,
+    }
+
+
+async def bench_scheduler(tasks: int, window_s: float, store_url: str | None) -> dict[str, Any]:
+    data_dir = tempfile.mkdtemp(prefix="bench-schedule-")
+    store = open_schedule_store(store_url, data_dir)
+    lead_s = 5.0  # writing the tasks takes a moment: the window starts after it
+    start = time.time() + lead_s
+    for i in range(tasks):
+        agent = AgentSchedules(store, f"bench/a{i}", "Bench")
+        await agent.schedule(start + random.uniform(0, window_s) - time.time(), "wake up", task_id="t")
+    written_s = time.time() - (start - lead_s)
+    lateness: list[float] = []
+    all_fired = asyncio.Event()
+
+    async def record(fire: FireRecord) -> None:
+        lateness.append(time.time() - fire.scheduled_for)
+        if len(lateness) >= tasks:
+            all_fired.set()
+
+    scheduler = Scheduler(store, record, poll_s=1.0, batch=1000)
+    loop = asyncio.ensure_future(scheduler.run())
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(all_fired.wait(), start + window_s + 30 - time.time())
+    loop.cancel()
+    await asyncio.gather(loop, return_exceptions=True)
+    await store.close()
+    return {
+        "mode": "scheduler",
+        "store": type(store).__name__,
+        "write_s": round(written_s, 1),
+        **summary(lateness, tasks),
+    }
+
+
+@ray.remote(num_cpus=0)
+class Accepted:
+    """When each agent accepted its scheduled prompt."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[float, float]] = {}
+
+    def record(self, path: str, scheduled_for: float, at: float) -> None:
+        self.seen.setdefault(path, (scheduled_for, at))
+
+    def all(self) -> dict[str, tuple[float, float]]:
+        return self.seen
+
+
+class Sleeper(ta.Think):
+    """Answers at once and hibernates ``idle_timeout_s`` after its turn; reports when it accepted its prompt."""
+
+    idle_timeout_s = 2.0
+
+    async def on_submission_status(self, submission: Any) -> None:
+        facts = (submission.metadata or {}).get("schedule")
+        if submission.status == "pending" and facts:
+            recorder = ray.get_actor("bench-schedule-accepted", namespace="think_actors")
+            await recorder.record.remote(self.path, facts["scheduled_for"], time.time())
+
+
+def python_processes() -> int:
+    return sum(1 for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith(("python", "ray::")))
+
+
+async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: float) -> dict[str, Any]:
+    from think_actors.testing import ScriptedModel, text
+
+    ta.init(data_dir=tempfile.mkdtemp(prefix="bench-schedule-ray-"), idle_timeout_s=idle_s)
+    recorder = Accepted.options(name="bench-schedule-accepted", namespace="think_actors").remote()  # type: ignore[attr-defined]
+    scheduler = await ta.start_scheduler(poll_s=0.5)
+    lead_s = 10.0
+    start = time.time() + lead_s
+    handles = []
+    for i in range(agents):
+        handle = ta.provision(Sleeper, f"s{i}", model=ScriptedModel([text("awake")]))
+        await schedules_of(handle).schedule(start + random.uniform(0, window_s) - time.time(), "wake up", task_id="t")
+        handles.append(handle)
+    write_s = time.time() - (start - lead_s)
+    processes_before = python_processes()
+    deadline = start + window_s + max(600.0, agents / 2.0)
+    seen: dict[str, tuple[float, float]] = {}
+    while time.time() < deadline:
+        seen = await recorder.all.remote()
+        if len(seen) >= agents:
+            break
+        await asyncio.sleep(2.0)
+    await asyncio.sleep(settle_s)
+    listing = ta.list_agents()
+    result = {
+        "mode": "agents",
+        "agents": agents,
+        "write_s": round(write_s, 1),
+        **summary([at - due for due, at in seen.values()], agents),
+        "resident_at_end": listing.resident,
+        "addressable": listing.addressable,
+        "python_processes_before": processes_before,
+        "python_processes_at_end": python_processes(),
+    }
+    ray.kill(scheduler, no_restart=True)
+    ta.shutdown()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["scheduler", "agents", "both"], default="both")
+    parser.add_argument("--tasks", type=int, default=10_000)
+    parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--window-s", type=float, default=60.0)
+    parser.add_argument("--idle-s", type=float, default=2.0)
+    parser.add_argument("--settle-s", type=float, default=10.0)
+    parser.add_argument("--store", default=None, help="schedule store URL for --mode scheduler (default SQLite)")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.mode in ("scheduler", "both"):
+        print(json.dumps(asyncio.run(bench_scheduler(args.tasks, args.window_s, args.store))), flush=True)
+    if args.mode in ("agents", "both"):
+        print(json.dumps(asyncio.run(bench_agents(args.agents, args.window_s, args.idle_s, args.settle_s))), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -116,7 +116,7 @@ async def test_an_agents_own_url_beats_the_environment_and_children_inherit_it(
 def test_init_refuses_a_bad_url_before_ray_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     import ray
 
-    from think_actors import runtime
+    from think_actors.runtime import config as runtime
 
     started = ray.is_initialized()
     with pytest.raises(ta.ConfigurationError, match="unsupported store URL 'mongodb://x'"):

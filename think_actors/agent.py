@@ -13,11 +13,13 @@ from typing import Any
 
 from . import mcp as _mcp
 from . import metrics as _metrics
+from ._turn.agent_runs import run_as_tool
 from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
 from ._turn.durable import attach_durable
 from ._turn.engine import Engine
 from ._turn.queue import TurnQueue
+from .delegation import LocalAgentHandle
 from .errors import ConfigurationError
 from .hooks import (
     ChatErrorContext,
@@ -180,7 +182,7 @@ class Think:
             self.store_url = check_store_url(self.store_url)
         self._engine = Engine(self, store=store, hook_defaults=Think)
         self._durable = attach_durable(self._engine)
-        self._mcp = McpManager(self.mcp_servers)
+        self._mcp = McpManager(self.mcp_servers, observers=self._engine.observers)  # it publishes its changes
         self._schedules: AgentSchedules | None = None
         if _metrics.enabled(type(self)):
             self._engine.observers.subscribe("agents:chat", _metrics.MetricsRecorder())
@@ -767,8 +769,6 @@ class Think:
             options.setdefault("store", self.store_url)
         if engine.runtime is not None:
             return await engine.runtime.sub_agent(agent_class, name, path, options, node_id)
-        from .delegation import LocalAgentHandle
-
         child = engine.children.get(path)
         if child is None:
             if isinstance(engine.store, MemoryStore):
@@ -783,8 +783,6 @@ class Think:
         Idempotent by ``run_id``: a finished run returns its stored result without running again; a live run
         is joined (its chunks so far are replayed). Raises NestedTurnError from inside one of this agent's turns.
         """
-        from ._turn.agent_runs import run_as_tool
-
         async for item in run_as_tool(self._engine, run_id, input, output):
             yield item
 

@@ -24,7 +24,7 @@ import operator
 import pickle
 import typing
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from ray import cloudpickle
@@ -32,8 +32,16 @@ from ray import cloudpickle
 from .chunks import chunk_classes, trusted_builder
 from .models import ModelEvent, Usage
 
-if TYPE_CHECKING:
-    from .runtime import RuntimeConfig
+
+class BatchLimits(Protocol):
+    """When a batch is sent: after ``batch_max`` items or ``flush_s`` seconds (``runtime.RuntimeConfig`` has both)."""
+
+    @property
+    def batch_max(self) -> int: ...
+
+    @property
+    def flush_s(self) -> float: ...
+
 
 _CHUNK_CLASSES: tuple[type[BaseModel], ...] = chunk_classes()
 _EVENT_CLASSES: tuple[type[Any], ...] = (*typing.get_args(ModelEvent), Usage)
@@ -121,7 +129,7 @@ class _Failure:
         self.error = error
 
 
-async def _batches(source: AsyncIterator[Any], config: RuntimeConfig) -> AsyncIterator[bytes]:
+async def _batches(source: AsyncIterator[Any], config: BatchLimits) -> AsyncIterator[bytes]:
     """Re-yield ``source`` as packed batches: the first item alone, then whatever is ready, plus what arrives
     within ``flush_s`` of the batch's first item, up to ``batch_max``. An error of ``source`` is raised after the
     batch of the items before it."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,9 +19,22 @@ from .chunks import AgentToolEventChunk
 from .errors import ConfigurationError
 from .hooks import TurnResult
 from .messages import UIMessage
-from .tools import Tool, ToolContext, _strip_titles, input_validator
+from .tools import Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
-__all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool"]
+__all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool", "use_actor_calls"]
+
+ActorCall = Callable[[Any, str, dict[str, Any], str | None], Awaitable[Any]]
+"""``(actor handle or name, method, kwargs, namespace) -> result``: one awaited actor method call."""
+
+# How an agent outside any actor calls actor methods: set by the Ray runtime when it loads (this module is below it).
+_actor_calls: ActorCall | None = None
+
+
+def use_actor_calls(call: ActorCall) -> None:
+    """Set how actor tools of agents outside any actor reach their actors (``runtime`` passes its Ray call)."""
+    global _actor_calls
+    _actor_calls = call
+
 
 _DEFAULT_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -230,8 +243,6 @@ def actor_tool(
     a name) and its docstring is the description. Hooks wrap it like any tool: a blocked or substituted call
     never reaches the actor.
     """
-    from .tools import _parse_docstring
-
     parameters: list[inspect.Parameter] | None = None
     doc: str | None = None
     cls = actor_class
@@ -257,11 +268,14 @@ def actor_tool(
     async def execute(value: Any, context: ToolContext) -> Any:
         kwargs = value.model_dump() if isinstance(value, BaseModel) else dict(value)
         runtime = context.agent._engine.runtime
-        if runtime is None:
-            from .runtime import call_actor_method
-
-            return await call_actor_method(target, method, kwargs, namespace)
-        return await runtime.call_actor_method(target, method, kwargs, namespace)
+        if runtime is not None:
+            return await runtime.call_actor_method(target, method, kwargs, namespace)
+        if _actor_calls is None:
+            raise ConfigurationError(
+                f"tool {tool_name!r} calls a Ray actor from an agent outside any actor: start the runtime first "
+                "(ta.init())"
+            )
+        return await _actor_calls(target, method, kwargs, namespace)
 
     return Tool(
         tool_name,

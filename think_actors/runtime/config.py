@@ -1,0 +1,148 @@
+"""How agent actors are made (``RuntimeConfig``) and starting or joining Ray for think_actors (``init``).
+
+The process's current config lives here: ``init`` sets it in the driver, ``host._process_setup`` in every actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from ..errors import (
+    ConfigurationError,
+)
+from ..models.fast_path import fast_path_enabled
+from ..store import STORE_ENV, check_store_url
+
+log = logging.getLogger("think_actors")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RuntimeConfig:
+    """How agent actors are created; shipped to every actor that creates more actors."""
+
+    namespace: str = "think_actors"
+    data_dir: str = ""
+    store_url: str = ""  # "" means each agent's SQLite file under data_dir
+    model_pool_size: int = 2
+    max_restarts: int = -1  # Ray restarts a crashed agent without limit; recovery budgets bound crash loops
+    batch_max: int = 1024
+    flush_s: float = 0.003
+    log_level: int = logging.WARNING
+    idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
+    fast_model_path: bool = True
+
+
+_config: RuntimeConfig | None = None
+
+
+def init(
+    address: str | None = None,
+    *,
+    namespace: str = "think_actors",
+    data_dir: str | None = None,
+    store: str | None = None,
+    num_cpus: int | None = None,
+    model_pool_size: int = 2,
+    max_restarts: int = -1,
+    idle_timeout_s: float | None = None,
+    quiet: bool = True,
+    fast_model_path: bool | None = None,
+    **ray_kwargs: Any,
+) -> RuntimeConfig:
+    """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
+
+    ``data_dir`` is where agents' SQLite stores live (default ``$THINK_ACTORS_DATA_DIR`` or ``./.think_actors``).
+    ``idle_timeout_s``: an agent with nothing to do for that long hibernates (its actor exits; its store keeps
+    everything) and any handle, ``spawn``, ``get`` or the gateway wakes it; a class's own ``idle_timeout_s``
+    wins. None (the default) keeps agents resident.
+    ``store`` is a store URL for every agent (default ``$THINK_STORE``): ``postgresql://user@host/db`` when agents
+    run on more than one node, or ``sqlite:///dir``; it travels to every actor. A URL of another scheme raises
+    ``ConfigurationError`` before Ray starts.
+    ``max_restarts`` is how often Ray restarts a crashed agent actor: by default (-1) always, so the agent stays
+    reachable, and what gives up on a turn that kills its process again and again is the turn's recovery budget
+    (the class's ``chat_recovery``, ``ChatRecoveryConfig``), which ends the turn and calls
+    ``on_chat_recovery_exhausted``. A finite count is Ray's over the actor's whole life, not per turn: once it is
+    spent Ray declares the actor dead, every call gets ``AgentUnavailableError`` and the interrupted turn is never
+    finished. One crash loop takes up to ``max_total_attempts + 1`` restarts (``max_attempts + 1`` if no attempt
+    gets further), so a count you set must stay above that. A process that dies in its own start-up, before its
+    recovery counts an attempt, spends no budget: only a finite count ends that loop.
+    ``fast_model_path`` lets the model-server pool stream OpenAI-wire providers through ``OpenAIWireClient``
+    (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
+    Calling it again returns the same config.
+    """
+    global _config
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    resolved_dir = os.path.abspath(data_dir or os.environ.get("THINK_ACTORS_DATA_DIR") or ".think_actors")
+    store_url = store or os.environ.get(STORE_ENV) or ""
+    store_url = check_store_url(store_url) if store_url else ""
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {
+            "address": address or "local",
+            "namespace": namespace,
+            "include_dashboard": False,
+            "log_to_driver": not quiet,
+            "logging_level": logging.ERROR if quiet else logging.INFO,
+        }
+        if kwargs["address"] == "local":
+            kwargs["num_cpus"] = num_cpus
+            # Workers import agent classes by module name: give them the driver's import path.
+            paths = [os.path.abspath(p or ".") for p in sys.path if os.path.isdir(p or ".")]
+            kwargs["runtime_env"] = {
+                "env_vars": {
+                    "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "THINK_ACTORS_DATA_DIR": resolved_dir,
+                    **({STORE_ENV: store_url} if store_url else {}),
+                }
+            }
+        kwargs.update(ray_kwargs)
+        ray.init(**kwargs)
+    _config = RuntimeConfig(
+        namespace=namespace,
+        data_dir=resolved_dir,
+        store_url=store_url,
+        model_pool_size=model_pool_size,
+        max_restarts=max_restarts,
+        log_level=logging.WARNING if quiet else logging.INFO,
+        idle_timeout_s=idle_timeout_s,
+        # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
+        fast_model_path=_fast_path_setting(fast_model_path),
+    )
+    return _config
+
+
+def _fast_path_setting(setting: bool | None) -> bool:
+    return fast_path_enabled(setting)  # models.fast_path has no litellm: the driver never loads it
+
+
+def is_initialized() -> bool:
+    return _config is not None and ray.is_initialized()
+
+
+def shutdown() -> None:
+    """Disconnect from Ray (a local cluster started by ``init`` stops with it)."""
+    global _config
+    _config = None
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def _require_config() -> RuntimeConfig:
+    if _config is None:
+        if ray.is_initialized():
+            return init()
+        raise ConfigurationError("think_actors runtime is not started: call ta.init() first")
+    return _config
+
+
+def _set_current(config: RuntimeConfig) -> None:
+    """Make ``config`` this process's runtime config (an actor's set-up: it was shipped from the driver)."""
+    global _config
+    _config = config

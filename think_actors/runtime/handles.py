@@ -1,0 +1,387 @@
+"""``AgentHandle``: a picklable handle to an agent actor, and how an agent's actor is started (``_spawn_path``).
+
+A handle wakes a hibernating or provisioned agent by starting its actor again; an agent in an actor reaches other
+actors (its children, actor tools, task tools) through ``_ActorRuntime``, which ``AgentHost`` is handed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
+
+from .. import registry
+from .._turn import chain
+from ..agent import Think
+from ..errors import (
+    AgentUnavailableError,
+    ConfigurationError,
+)
+from ..hooks import TurnResult
+from ..mcp import McpServerConfig, McpServerState
+from ..messages import UIMessage, new_id
+from ..observability import Event
+from ..schedule import TaskInfo
+from ..submissions import Submission
+from ..tools import Tool, ToolContext
+from .calls import _call, _hibernated, _unwrap, call_actor_method
+from .config import RuntimeConfig, _require_config
+from .host import AgentHost
+from .placement import _actor_options
+from .stream import RemoteStream
+
+log = logging.getLogger("think_actors")
+
+
+async def _spawn_path(
+    agent_class: type[Think],
+    name: str,
+    path: str,
+    options: dict[str, Any],
+    config: RuntimeConfig,
+    node_id: str | None = None,
+) -> AgentHandle:
+    if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
+        raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
+    options = dict(options)
+    options.setdefault("data_dir", config.data_dir)
+    if config.store_url:
+        options.setdefault("store", config.store_url)
+    host: Any = AgentHost
+    actor = host.options(**_actor_options(config, path, node_id)).remote(
+        agent_class, name, path, options, config, _ActorRuntime
+    )
+    handle = AgentHandle(actor, path, agent_class.__name__)
+    await handle._ready()
+    return handle
+
+
+_WAKE_ATTEMPTS = 4
+
+
+class AgentHandle:
+    """A handle to an agent actor, with the engine's entry points. Picklable: pass it to other actors."""
+
+    def __init__(self, actor: Any, path: str, class_name: str):
+        self._actor = actor
+        self.path = path
+        self.class_name = class_name
+
+    def __repr__(self) -> str:
+        return f"AgentHandle({self.class_name}, {self.path!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (AgentHandle, (self._actor, self.path, self.class_name))
+
+    async def _ready(self) -> dict[str, Any]:
+        info: dict[str, Any] = await _call(self._actor.ready.remote())
+        return info
+
+    async def _invoke(self, method: str, *args: Any) -> Any:
+        """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
+        return await self._resend(lambda: getattr(self._actor, method).remote(*args))
+
+    async def _resend(self, send: Callable[[], Awaitable[Any]]) -> Any:
+        """Await ``send()`` against the agent's actor, started first if it never ran; when the call found the agent
+        hibernating (so nothing of it ran), wake the agent and send it again."""
+        if self._actor is None:  # provisioned, never started
+            await self._wake()
+        for attempt in range(_WAKE_ATTEMPTS):
+            try:
+                return await send()
+            except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
+                    await self._wake()
+                    continue
+                raise _unwrap(err) from None
+        raise AssertionError("unreachable")
+
+    def _started(self, start: Callable[[], Any]) -> Any:
+        """The remote stream, or None for a provisioned agent: the stream starts it at its first item."""
+        return None if self._actor is None else start()
+
+    async def _wake(self) -> None:
+        """Start the agent's actor again from its registry record (the handle then points at the new actor)."""
+        config = _require_config()
+        args = registry.spawn_args(config.namespace, self.path)
+        if args is None:
+            raise AgentUnavailableError(f"no agent {self.path!r} was ever started here", agent=self.path)
+        agent_class, name, options = args
+        for _ in range(_WAKE_ATTEMPTS):
+            # The old actor may still hold the name for a moment while it exits: ask again until the new one runs.
+            try:
+                fresh = await _spawn_path(agent_class, name, self.path, options, config)
+            except AgentUnavailableError:
+                await asyncio.sleep(0.1)
+                continue
+            self._actor = fresh._actor
+            return
+        raise AgentUnavailableError(f"agent {self.path!r} could not be woken", agent=self.path, retryable=True)
+
+    async def info(self) -> dict[str, Any]:
+        """``{"path", "pid", "node_id", "messages"}`` of the live actor (woken if it hibernates)."""
+        info: dict[str, Any] = await self._invoke("ready")
+        return info
+
+    def chat(
+        self,
+        message: Any = "",
+        *,
+        client_tools: Any = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+        output: Any = None,
+        on_client_tool_call: Any = None,
+        branch_from: str | None = None,
+    ) -> RemoteStream:
+        """Stream a turn of the agent (chunks arrive in batches and are unbatched here)."""
+        if on_client_tool_call is not None:
+            raise ConfigurationError("on_client_tool_call runs in the caller's process; it cannot cross actors")
+        request_id = request_id or new_id()
+        options = {
+            "client_tools": client_tools,
+            "body": body,
+            "request_id": request_id,
+            "output": output,
+            "branch_from": branch_from,
+        }
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain)
+
+        return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
+
+    def attach(self, request_id: str, *, position: int | None = None) -> RemoteStream:
+        """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest;
+        with ``position`` (what ``RemoteStream.position`` counted) only what the caller does not hold yet."""
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain)
+
+        resumable = position is not None  # only a stream that knows its position can say how to resume it
+        return RemoteStream(
+            self._started(start), request_id, resumable=resumable, handle=self, restart=start, position=position
+        )
+
+    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
+        caller_chain = chain.CHAIN.get()
+
+        def start() -> Any:
+            return self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output, caller_chain)
+
+        return RemoteStream(self._started(start), run_id, handle=self, restart=start)
+
+    async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
+        result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get())
+        return result
+
+    async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
+        result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get())
+        return result
+
+    async def add_messages(self, messages: Any, **options: Any) -> None:
+        await self._invoke("add_messages", messages, options)
+
+    async def get_messages(self) -> list[UIMessage]:
+        messages: list[UIMessage] = await self._invoke("get_messages")
+        return messages
+
+    async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
+        return bool(await self._invoke("cancel_chat", request_id, reason))
+
+    async def clear(self) -> None:
+        await self._invoke("clear")
+
+    async def submit_messages(
+        self,
+        messages: Any,
+        *,
+        submission_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Submission:
+        """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
+        kwargs = {"submission_id": submission_id, "idempotency_key": idempotency_key, "metadata": metadata}
+        return await self._forward("submit_messages", messages, **kwargs)  # type: ignore[no-any-return]
+
+    async def inspect_submission(self, submission_id: str) -> Submission | None:
+        return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]
+
+    async def list_submissions(self, status: Any = None, limit: int = 50) -> list[Submission]:
+        return await self._forward("list_submissions", status, limit)  # type: ignore[no-any-return]
+
+    async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
+        return bool(await self._forward("cancel_submission", submission_id, reason))
+
+    async def delete_submission(self, submission_id: str) -> bool:
+        return bool(await self._forward("delete_submission", submission_id))
+
+    async def delete_submissions(
+        self, status: Any = None, *, completed_before: float | None = None, limit: int = 100
+    ) -> int:
+        kwargs = {"completed_before": completed_before, "limit": limit}
+        return int(await self._forward("delete_submissions", status, **kwargs))
+
+    async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
+        return await self._forward(  # type: ignore[no-any-return]
+            "wait_for_submission", submission_id, timeout_s=timeout_s
+        )
+
+    async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
+        """``Think.add_tool_result`` on the actor."""
+        return bool(await self._forward("add_tool_result", tool_call_id, output, **options))
+
+    async def add_tool_approval(self, tool_call_id: str, approved: bool, **options: Any) -> bool:
+        """``Think.add_tool_approval`` on the actor."""
+        return bool(await self._forward("add_tool_approval", tool_call_id, approved, **options))
+
+    async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
+        await self._forward("wait_until_stable", timeout_s=timeout_s)
+
+    async def pending_continuation_id(self) -> str | None:
+        """``Think.pending_continuation_id`` on the actor."""
+        return await self._forward("pending_continuation_id")  # type: ignore[no-any-return]
+
+    async def set_client_tools(self, client_tools: Any) -> None:
+        """``Think.set_client_tools`` on the actor."""
+        await self._forward("set_client_tools", client_tools)
+
+    async def steer(self, messages: Any) -> bool:
+        """``Think.steer`` on the actor."""
+        return bool(await self._forward("steer", messages))
+
+    async def chat_terminal(self) -> dict[str, Any] | None:
+        """``Think.chat_terminal`` on the actor."""
+        return await self._forward("chat_terminal")  # type: ignore[no-any-return]
+
+    async def remember_chat_terminal(self, record: dict[str, Any] | None) -> None:
+        """``Think.remember_chat_terminal`` on the actor."""
+        await self._forward("remember_chat_terminal", record)
+
+    async def add_mcp_server(
+        self, server: McpServerConfig | str, *, timeout_s: float | None = None, **options: Any
+    ) -> McpServerState:
+        """``Think.add_mcp_server`` on the actor (the connection lives there, or in the node's shared actor)."""
+        state: McpServerState = await self._forward("add_mcp_server", server, timeout_s=timeout_s, **options)
+        return state
+
+    async def remove_mcp_server(self, name: str) -> bool:
+        """``Think.remove_mcp_server`` on the actor."""
+        removed: bool = await self._forward("remove_mcp_server", name)
+        return removed
+
+    async def get_mcp_servers(self) -> dict[str, McpServerState]:
+        """``Think.get_mcp_servers`` on the actor."""
+        states: dict[str, McpServerState] = await self._forward("get_mcp_servers")
+        return states
+
+    async def wait_for_mcp_connections(self, timeout_s: float | None = 10.0) -> dict[str, McpServerState]:
+        """``Think.wait_for_mcp_connections`` on the actor."""
+        states: dict[str, McpServerState] = await self._forward("wait_for_mcp_connections", timeout_s)
+        return states
+
+    async def schedule(self, when: Any, prompt: str | None = None, **options: Any) -> TaskInfo:
+        """``Think.schedule`` in the agent (woken if it hibernates); a handler is given by name (``handler=``)."""
+        info: TaskInfo = await self._forward("schedule", when, prompt, **options)
+        return info
+
+    async def list_schedules(self) -> list[TaskInfo]:
+        return list(await self._forward("list_schedules"))
+
+    async def cancel_schedule(self, task_id: str) -> bool:
+        return bool(await self._forward("cancel_schedule", task_id))
+
+    async def run_scheduled_task(self, handler: str, facts: dict[str, Any]) -> bool:
+        return bool(await self._forward("run_scheduled_task", handler, facts))
+
+    async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._invoke("forward", method, args, kwargs)
+
+    async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
+        """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).
+
+        Returns once the subscription is live in the actor; the callback runs in this process (an async one is
+        awaited in order). Call the returned function to unsubscribe.
+        """
+
+        async def subscribe() -> Any:
+            generator = self._actor.events.options(num_returns="streaming").remote(channel)
+            await (await generator.__anext__())  # the actor subscribed (or refused the channel)
+            return generator
+
+        generator = await self._resend(subscribe)
+        task = asyncio.ensure_future(_deliver_events(generator, callback))
+
+        def unsubscribe() -> None:
+            task.cancel()
+            ray.cancel(generator)
+
+        return unsubscribe
+
+    async def kill(self, *, restart: bool = True) -> None:
+        """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history; without, the agent
+        stays addressable, not resident: the next call starts it again)."""
+        if self._actor is None:
+            return
+        ray.kill(self._actor, no_restart=not restart)
+        if not restart:
+            registry.mark_hibernated(_require_config().namespace, self.path)
+
+
+async def _deliver_events(generator: Any, callback: Callable[[Event], Any]) -> None:
+    try:
+        async for ref in generator:
+            for event in await ref:
+                result = callback(event)
+                if inspect.isawaitable(result):
+                    await result
+    except asyncio.CancelledError:
+        raise
+    except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+        log.warning("observability stream ended: %s", _unwrap(err))
+    except Exception:
+        log.exception("observability callback raised; the subscription ended")
+
+
+class _ActorRuntime:
+    """What an agent hosted in an actor uses to reach other actors (set as the engine's ``runtime``)."""
+
+    def __init__(self, agent: Think, config: RuntimeConfig):
+        self.agent = agent
+        self.config = config
+        self._task_functions: dict[int, Any] = {}
+
+    async def sub_agent(
+        self, agent_class: type[Think], name: str, path: str, options: dict[str, Any], node_id: str | None = None
+    ) -> AgentHandle:
+        return await _spawn_path(agent_class, name, path, options, self.config, node_id)
+
+    async def call_actor_method(self, target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
+        return await call_actor_method(target, method, kwargs, namespace or self.config.namespace)
+
+    def run_task_tool(self, tool: Tool, value: Any, context: ToolContext) -> Any:
+        fn = tool.fn
+        if fn is None or inspect.ismethod(fn) or tool.context_param:
+            raise ConfigurationError(
+                f"tool {tool.name!r} has Ray resources, so it runs as a task: make it a module-level function "
+                "without a ToolContext parameter"
+            )
+        kwargs = {k: getattr(value, k) for k in type(value).model_fields} if hasattr(value, "model_fields") else value
+        remote = self._task_functions.get(id(tool))
+        if remote is None:
+            remote = self._task_functions[id(tool)] = ray.remote(_run_tool_task).options(**tool.remote or {})
+        return _call(remote.remote(fn, kwargs))
+
+
+def _run_tool_task(fn: Any, kwargs: dict[str, Any]) -> Any:
+    result = fn(**kwargs)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
+    return result

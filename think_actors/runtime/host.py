@@ -1,0 +1,300 @@
+"""``AgentHost``: the async actor that hosts one agent, counts its calls, refuses call cycles and hibernates it.
+
+It is handed the class of the runtime its agent uses to reach other actors (``handles._ActorRuntime``), so this
+module does not import the handles that start it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import ray
+
+from .. import registry
+from .._turn import chain
+from ..agent import Think
+from ..batching import _batches
+from ..errors import (
+    AgentCycleError,
+    AgentHibernatedError,
+    ConfigurationError,
+)
+from ..hooks import TurnResult
+from ..logs import configure_logging, set_process_agent
+from ..mcp.manager import local_connect
+from ..mcp.shared import ray_connect
+from ..messages import UIMessage
+from ..models import set_model_resolver
+from .config import RuntimeConfig, _set_current
+from .model_pool import PoolResolver
+
+log = logging.getLogger("think_actors")
+
+
+def _process_setup(config: RuntimeConfig) -> None:
+    """Per-process set-up inside actors: config, quiet logs, string model ids served by the pool."""
+    _set_current(config)
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    configure_logging(config.log_level)  # the level, and LOG_FORMAT (agent path, request id) unless configured
+    set_model_resolver(PoolResolver(config))
+
+
+_FORWARDED_METHODS = frozenset(
+    {
+        "add_tool_result",
+        "add_tool_approval",
+        "steer",
+        "set_client_tools",
+        "chat_terminal",
+        "remember_chat_terminal",
+        "wait_until_stable",
+        "pending_continuation_id",
+        "submit_messages",
+        "inspect_submission",
+        "list_submissions",
+        "cancel_submission",
+        "delete_submission",
+        "delete_submissions",
+        "wait_for_submission",
+        "add_mcp_server",
+        "remove_mcp_server",
+        "get_mcp_servers",
+        "wait_for_mcp_connections",
+        "schedule",
+        "list_schedules",
+        "cancel_schedule",
+        "run_scheduled_task",
+    }
+)
+
+
+def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
+    if path in callers:
+        cycle = [*callers[callers.index(path) :], path]
+        raise AgentCycleError(
+            f"agent call cycle: {' -> '.join(cycle)} (an agent waits for itself)", agent=path, cycle=cycle
+        )
+
+
+def _counted(method: Any) -> Any:
+    """An AgentHost method that counts as work while it runs (a stream, for as long as it streams): an agent with
+    a call in progress never hibernates, and a call that arrives while it hibernates is refused, never half-run.
+    It runs once the actor's own start of the agent has ended (see ``AgentHost.__init__``)."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def stream(self: AgentHost, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            self._begin_call()
+            try:
+                await self._started()
+                async for item in method(self, *args, **kwargs):
+                    yield item
+            finally:
+                self._end_call()
+
+        return stream
+
+    @functools.wraps(method)
+    async def call(self: AgentHost, *args: Any, **kwargs: Any) -> Any:
+        self._begin_call()
+        try:
+            await self._started()
+            return await method(self, *args, **kwargs)
+        finally:
+            self._end_call()
+
+    return call
+
+
+@ray.remote
+class AgentHost:
+    """Hosts one Think agent in an async actor."""
+
+    def __init__(
+        self,
+        agent_class: type[Think],
+        name: str,
+        path: str,
+        options: dict[str, Any],
+        config: RuntimeConfig,
+        runtime_class: Callable[[Think, RuntimeConfig], Any],
+    ):
+        _process_setup(config)
+        set_process_agent(path)  # this process hosts one agent: its records name it outside turns too
+        self.config = config
+        self.agent = agent_class(name, path=path, **options)
+        self.agent._engine.runtime = runtime_class(self.agent, config)
+        # MCP servers declared shared=True are connected once per node by a named actor, the others in this one.
+        self.agent._mcp.set_connect(ray_connect(config.namespace, local_connect))
+        self.path = path
+        self._calls = 0
+        self._last_work = time.monotonic()
+        self._hibernating = False
+        self._watch: asyncio.Future[None] | None = None
+        own: Any = getattr(agent_class, "idle_timeout_s", None)
+        self.idle_timeout_s: float | None = own if own is not None else config.idle_timeout_s
+        node_id = ray.get_runtime_context().get_node_id()
+        registry.record_resident(config.namespace, path, agent_class, name, options, node_id)
+        # Start the agent as soon as the actor is up, not at the first call: after a crash and restart, what it
+        # had accepted (pending submissions, interrupted turns) must go on without anyone asking. A task on the
+        # actor's own event loop (Ray 2.60 runs an async actor's constructor on it), never a call to itself: Ray
+        # refuses that call while it still counts the actor as restarting, and the start was lost (stack-notes).
+        self._start_up = asyncio.get_running_loop().create_task(self._start_agent())
+
+    async def _start_agent(self) -> None:
+        """Load the agent, which schedules the recovery of interrupted turns and the pending submissions."""
+        if self.agent.mcp_servers:
+            # Connected before the agent starts (Think's waitForMcpConnections), after a restart or a wake too: the
+            # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints. A
+            # failure here must not keep the agent (and its recovery) from starting.
+            try:
+                await self.agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in self.agent.mcp_servers) + 5)
+            except Exception:
+                log.exception("agent %r: its MCP servers could not be waited for; starting without them", self.path)
+        try:
+            await self.agent.load_messages()
+        except Exception:
+            log.exception("agent %r could not start; the next call to it starts it again", self.path)
+        try:
+            await self.agent.sync_schedules()  # the class's schedules, in the store the cluster's scheduler reads
+        except Exception:
+            log.exception("agent %r: its class's schedules could not be registered", self.path)
+        if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
+            self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
+
+    async def _started(self) -> None:
+        """Wait for the actor's own start of the agent, so no call overtakes the recovery that start schedules."""
+        if not self._start_up.done():
+            await asyncio.shield(self._start_up)
+
+    def _begin_call(self) -> None:
+        if self._hibernating:
+            raise AgentHibernatedError(f"agent {self.path!r} is hibernating", agent=self.path, retryable=True)
+        self._calls += 1
+
+    def _end_call(self) -> None:
+        self._calls -= 1
+        self._last_work = time.monotonic()
+
+    async def _watch_idle(self, timeout_s: float) -> None:
+        """Hibernate once nothing has happened for ``timeout_s``: no call, no turn, no submission, no continuation
+        about to fire, no recovery (an open gateway socket is a call: its event subscription)."""
+        period = min(max(timeout_s / 4, 0.05), 5.0)
+        while True:
+            await asyncio.sleep(period)
+            if self._calls or self.agent._engine.resident_reason() is not None:
+                self._last_work = time.monotonic()
+            elif time.monotonic() - self._last_work >= timeout_s:
+                await self._hibernate()
+                return
+
+    async def _hibernate(self) -> None:
+        # From here every new call is refused (the caller's handle wakes a new actor); nothing is in progress.
+        self._hibernating = True
+        try:
+            await self.agent.close()
+        except Exception:
+            log.exception("closing agent %s to hibernate failed", self.path)
+        registry.mark_hibernated(self.config.namespace, self.path)
+        log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
+        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+    def _enter(self, caller_chain: tuple[str, ...]) -> None:
+        """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees."""
+        _check_cycle(self.path, caller_chain)
+        chain.CHAIN.set((*caller_chain, self.path))
+
+    @_counted
+    async def ready(self) -> dict[str, Any]:
+        messages = await self.agent.load_messages()
+        return {
+            "path": self.path,
+            "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "messages": len(messages),
+        }
+
+    @_counted
+    async def chat(self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]) -> AsyncIterator[bytes]:
+        self._enter(caller_chain)
+        await self.agent.load_messages()
+        stream = self.agent.chat(message, **options)
+        durable = self.agent._engine.durable
+        async for batch in _batches(stream.__aiter__(), self.config):
+            await durable()  # what leaves the process is in the log first: a crash loses nothing the caller saw
+            yield batch
+
+    @_counted
+    async def run_as_tool(
+        self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
+    ) -> AsyncIterator[bytes]:
+        self._enter(caller_chain)
+        async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
+            yield batch
+
+    @_counted
+    async def attach(
+        self, request_id: str, position: int | None, caller_chain: tuple[str, ...]
+    ) -> AsyncIterator[bytes]:
+        self._enter(caller_chain)
+        durable = self.agent._engine.durable
+        async for batch in _batches(self.agent.attach(request_id, position=position), self.config):
+            await durable()
+            yield batch
+
+    @_counted
+    async def save_messages(
+        self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]
+    ) -> TurnResult:
+        self._enter(caller_chain)
+        return await self.agent.save_messages(messages, body=body)
+
+    @_counted
+    async def continue_last_turn(self, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
+        self._enter(caller_chain)
+        return await self.agent.continue_last_turn(body=body)
+
+    @_counted
+    async def add_messages(self, messages: Any, options: dict[str, Any]) -> None:
+        await self.agent.add_messages(messages, **options)
+
+    @_counted
+    async def get_messages(self) -> list[UIMessage]:
+        return await self.agent.load_messages()
+
+    @_counted
+    async def cancel_chat(self, request_id: str, reason: str | None) -> bool:
+        return self.agent.cancel_chat(request_id, reason)
+
+    @_counted
+    async def clear(self) -> None:
+        await self.agent.clear()
+
+    @_counted
+    async def forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method not in _FORWARDED_METHODS:
+            raise ConfigurationError(f"{method!r} is not an agent method a handle may call")
+        result = getattr(self.agent, method)(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result  # get_mcp_servers is synchronous
+
+    @_counted
+    async def events(self, channel: str) -> AsyncIterator[list[Any]]:
+        """Stream the agent's events on ``channel`` in batches; the first (empty) batch says it is subscribed."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        unsubscribe = self.agent.observe(channel, queue.put_nowait)
+        try:
+            yield []
+            while True:
+                batch = [await queue.get()]
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                yield batch
+        finally:
+            unsubscribe()

@@ -1,7 +1,9 @@
 """The gateway's ``cf_agent_mcp_servers`` frame carries the agent's MCP servers (the reference's ``MCPServersState``):
 a real MCP server (tests/mcp_servers.py, the official SDK, over stdio) declared on an agent class served by the
 gateway on aiohttp's test server; an agent without servers still gets the empty state; a Ray-style handle (an async
-``get_mcp_servers``) is read the same way."""
+``get_mcp_servers``) is read the same way. After connect, every change of a server's state or tools (it connects,
+fails, lists new tools after ``tools/list_changed``, is removed) reaches every socket of the agent, pushed by the
+agent's ``mcp:servers:changed`` events."""
 
 from __future__ import annotations
 
@@ -109,3 +111,74 @@ async def test_a_ray_style_handle_is_read_through_its_async_get_mcp_servers() ->
     assert state["servers"]["s"]["server_url"] == "http://h/mcp"
     assert state["tools"] == [{"name": "s_x", "serverId": "s"}]
     assert await _mcp_state(object()) == {"prompts": [], "resources": [], "servers": {}, "tools": []}
+
+
+async def next_mcp_frame(ws: Any, want: Any) -> dict[str, Any]:
+    """The next ``cf_agent_mcp_servers`` frame for which ``want(frame["mcp"])`` holds (others are skipped)."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            frame = json.loads((await ws.receive()).data)
+            if frame["type"] == "cf_agent_mcp_servers" and want(frame["mcp"]):
+                return frame
+
+
+def server_states(mcp: dict[str, Any]) -> dict[str, str]:
+    return {name: server["state"] for name, server in mcp["servers"].items()}
+
+
+async def test_every_socket_hears_when_a_server_connects_changes_its_tools_or_goes(tmp_path: Path) -> None:
+    env = {"MCP_TEST_LOG": str(tmp_path / "calls.log"), "MCP_TEST_HOLD_S": "0"}
+    server = ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
+    model = ScriptedModel([ta.testing.tool_call("t_grow", {"name": "fresh"}, id="g"), ta.testing.text("grown")])
+
+    class Growing(ta.Think):
+        mcp_servers = (server,)
+
+    directory = LocalDirectory([Growing], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        handle = await directory.get("growing", "a")
+        try:
+            ws = await client.ws_connect("/agents/growing/a")
+            other = await client.ws_connect("/agents/growing/a")
+            # Nothing has asked for the servers yet: they have not started connecting.
+            first = await next_mcp_frame(ws, lambda mcp: True)
+            assert server_states(first["mcp"]) == {"t": "connecting"}
+
+            await handle.agent.wait_for_mcp_connections(WAIT_S)
+            for socket in (ws, other):
+                ready = await next_mcp_frame(socket, lambda mcp: server_states(mcp) == {"t": "ready"})
+                assert {"name": "t_add", "serverId": "t"} in ready["mcp"]["tools"]
+                assert {"name": "t_fresh", "serverId": "t"} not in ready["mcp"]["tools"]
+
+            # A turn has the server add a tool (tools/list_changed): the new listing reaches the sockets.
+            await handle.save_messages("grow")
+            grown = await next_mcp_frame(ws, lambda mcp: {"name": "t_fresh", "serverId": "t"} in mcp["tools"])
+            assert server_states(grown["mcp"]) == {"t": "ready"}
+
+            await handle.agent.remove_mcp_server("t")
+            gone = await next_mcp_frame(other, lambda mcp: not mcp["servers"])
+            assert gone["mcp"] == {"prompts": [], "resources": [], "servers": {}, "tools": []}
+            model.assert_complete()
+            await ws.close()
+            await other.close()
+        finally:
+            await handle.agent.close()
+
+
+async def test_a_server_that_fails_after_the_socket_connected_is_sent_failed() -> None:
+    class Late(ta.Think):
+        mcp_servers = (ta.mcp.stdio("/nonexistent/mcp-server", name="gone", connect_timeout_s=WAIT_S),)
+
+    directory = LocalDirectory([Late], model=ScriptedModel(), store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory).app())) as client:
+        handle = await directory.get("late", "a")
+        try:
+            ws = await client.ws_connect("/agents/late/a")
+            first = await next_mcp_frame(ws, lambda mcp: True)
+            assert server_states(first["mcp"]) == {"gone": "connecting"}  # nothing asked for it yet
+            await handle.agent.wait_for_mcp_connections(WAIT_S)
+            failed = await next_mcp_frame(ws, lambda mcp: server_states(mcp) == {"gone": "failed"})
+            assert failed["mcp"]["servers"]["gone"]["error"]
+            await ws.close()
+        finally:
+            await handle.agent.close()

@@ -26,6 +26,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from ..agent import Think
 from ..errors import InvalidAgentNameError, ThinkError
+from ..mcp.manager import MCP_SERVERS_CHANGED
 from ..messages import ToolPart, UIMessage
 from ..store import validate_agent_name
 from . import protocol, security
@@ -109,6 +110,7 @@ class _Room:
         # past the turn (on Ray the event may trail the turn's own stream), the newest OWN_KEPT of them.
         self.own: dict[str, None] = {}
         self.clearing = 0  # the room's own clears whose message:clear has not come yet (they are broadcast)
+        self.mcp_sent: str | None = None  # the last cf_agent_mcp_servers frame the room's sockets got
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None, live: bool = False) -> None:
         """Send to every socket; a stream's ``live`` frames skip the sockets that are to get them by replay."""
@@ -232,15 +234,17 @@ class Gateway:
                 await self._offer_resume(ws, room, None)
             else:
                 await self._send_messages(ws, agent, connect=True)
-            # Who the client reached, and its MCP servers' states, as the reference sends on connect (only then:
-            # a later change of a server's state or tools is not pushed to the sockets).
+            # Who the client reached, and its MCP servers' states, as the reference sends on connect; a later
+            # change of a server's state or tools reaches every socket by the agent's events (_follow).
             identity = {
                 "type": protocol.IDENTITY,
                 "name": request.match_info["name"],
                 "agent": request.match_info["cls"],
             }
             await ws.send_str(protocol.dumps(identity))
-            await ws.send_str(protocol.dumps({"mcp": await _mcp_state(agent), "type": protocol.MCP_SERVERS}))
+            mcp = protocol.dumps({"mcp": await _mcp_state(agent), "type": protocol.MCP_SERVERS})
+            room.mcp_sent = room.mcp_sent or mcp
+            await ws.send_str(mcp)
             if room.active is None and room.in_flight > 0:  # accepted, not streaming yet: hears when it starts
                 room.parked[ws] = None
                 await ws.send_str(protocol.dumps(_pending(room.latest, None)))
@@ -543,6 +547,14 @@ class Gateway:
                     return
                 _cleared(room)
                 self._spawn(room.send(protocol.dumps({"type": protocol.CHAT_CLEAR})))
+            elif event.type == MCP_SERVERS_CHANGED:
+                # A server connected, failed, was added or removed, or its tools changed: every socket hears.
+                states = event.payload.get("servers") or {}
+                mcp = protocol.mcp_servers_state(states) if states else protocol.EMPTY_MCP_STATE
+                sent = protocol.dumps({"mcp": mcp, "type": protocol.MCP_SERVERS})
+                if sent != room.mcp_sent:
+                    room.mcp_sent = sent
+                    self._spawn(room.send(sent))
 
         def on_stream(event: Any) -> None:
             request_id = event.payload.get("requestId")

@@ -45,9 +45,16 @@ class McpConnection:
     Args:
         config: The server.
         on_tools_changed: Called (no arguments) after each new listing of the server's tools.
+        on_state_changed: Called (no arguments) after the state or the error changed.
     """
 
-    def __init__(self, config: McpServerConfig, *, on_tools_changed: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        config: McpServerConfig,
+        *,
+        on_tools_changed: Callable[[], None] | None = None,
+        on_state_changed: Callable[[], None] | None = None,
+    ):
         self.config = config
         self.state: ConnectionState = "connecting"
         self.error: str | None = None
@@ -58,6 +65,7 @@ class McpConnection:
         self.connects = 0
         """How many times a session became ready."""
         self._on_tools_changed = on_tools_changed
+        self._on_state_changed = on_state_changed
         self._session: ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready: asyncio.Event = asyncio.Event()
@@ -69,6 +77,12 @@ class McpConnection:
     def __repr__(self) -> str:
         return f"McpConnection({self.config.name!r}, {self.state})"
 
+    def _set(self, state: ConnectionState, error: str | None) -> None:
+        changed = (state, error) != (self.state, self.error)
+        self.state, self.error = state, error
+        if changed and self._on_state_changed is not None:
+            self._on_state_changed()
+
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
@@ -77,7 +91,7 @@ class McpConnection:
             return
         if self._task is not None and not self._task.done():
             return
-        self.state, self.error = "connecting", None
+        self._set("connecting", None)
         self._ready, self._stop = asyncio.Event(), asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{self.config.name}")
 
@@ -107,14 +121,14 @@ class McpConnection:
             except asyncio.CancelledError:
                 task.cancel()
                 raise
-        self.state = "closed"
+        self._set("closed", self.error)
 
     def _lost(self, reason: str) -> None:
         if self.state == "ready":
             log.warning("MCP server %r: %s; the next call reconnects", self.config.name, reason)
-            self.state, self.error = "failed", reason
+            self._set("failed", reason)
         elif self.state == "connecting" and self.error is None:
-            self.error = f"{reason} before the handshake ended"  # the truth, rather than the SDK's "closed"
+            self._set("connecting", f"{reason} before the handshake ended")  # the truth, rather than the SDK's "closed"
         self._stop.set()
 
     # ------------------------------------------------------------------ the session's task
@@ -154,7 +168,7 @@ class McpConnection:
                         await session.initialize()
                         await self._list(session)
                     self._session = session
-                    self.state, self.error = "ready", None
+                    self._set("ready", None)
                     self.connects += 1
                     self._ready.set()
                     group.start_soon(self._refresher, session)
@@ -162,13 +176,12 @@ class McpConnection:
                 group.cancel_scope.cancel()
         except Exception as err:
             if not self._closed and self.state != "ready":  # a ready session that was lost said so in _lost
-                self.state, self.error = "failed", self.error or _describe(err, cfg)
+                self._set("failed", self.error or _describe(err, cfg))
                 log.warning("MCP server %r failed: %s", cfg.name, self.error)
         finally:
             self._session = None
             if self.state in ("ready", "connecting"):
-                self.state = "failed"
-                self.error = self.error or "the connection ended"
+                self._set("failed", self.error or "the connection ended")
             self._ready.set()
 
     async def _list(self, session: ClientSession) -> None:

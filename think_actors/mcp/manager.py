@@ -8,6 +8,11 @@ call of one of them reconnects.
 
 Where a server's connection lives is the ``connect`` factory's business: in this process by default, or (on
 Ray, ``shared=True``) behind the handle of a node's shared connection actor.
+
+Whoever shows the servers (the gateway's ``cf_agent_mcp_servers`` frame) learns of every change of a server's
+state or tools from the agent's observability events: with ``observers``, the manager publishes
+``mcp:servers:changed`` (``{"servers": {name: McpServerState}}``, on ``agents:message``) after each one, while
+that channel has a subscriber. Events cross actors through the agent's handle, so this is a push on Ray too.
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ..observability import Observers
 from ..tools import Tool
 from .adapter import ListedTool, McpCaller, mcp_tool
 from .config import ConnectionState, McpServerConfig
 
-__all__ = ["Connect", "McpManager", "McpServerState", "ServerConnection", "local_connect"]
+__all__ = ["MCP_SERVERS_CHANGED", "Connect", "McpManager", "McpServerState", "ServerConnection", "local_connect"]
+
+MCP_SERVERS_CHANGED = "mcp:servers:changed"
+"""The observability event published after a server's state or tool list changed."""
 
 
 class ServerConnection(McpCaller, Protocol):
@@ -60,16 +69,19 @@ class McpServerState(BaseModel):
     shared: bool = False
 
 
-Connect = Callable[[McpServerConfig, Callable[[], None]], ServerConnection]
+Connect = Callable[[McpServerConfig, Callable[[], None], Callable[[], None]], ServerConnection]
+"""Makes a server's connection: ``connect(config, on_tools_changed, on_state_changed)``."""
 
 
-def local_connect(config: McpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
+def local_connect(
+    config: McpServerConfig, on_tools_changed: Callable[[], None], on_state_changed: Callable[[], None]
+) -> ServerConnection:
     # Imported here, not at the top: the SDK costs a second or more to import, and an agent without MCP
     # servers (most agents, every actor process) must not pay it. No cycle: connection imports only config and
     # results.
     from .connection import McpConnection
 
-    return McpConnection(config, on_tools_changed=on_change)
+    return McpConnection(config, on_tools_changed=on_tools_changed, on_state_changed=on_state_changed)
 
 
 class McpManager:
@@ -78,10 +90,18 @@ class McpManager:
     Args:
         declared: The servers of the agent's class (``mcp_servers``), connected on first use.
         connect: Makes a server's connection (default: an ``McpConnection`` in this process).
+        observers: The agent's observability channels, told of every change (module docstring).
     """
 
-    def __init__(self, declared: Iterable[McpServerConfig] = (), *, connect: Connect | None = None):
+    def __init__(
+        self,
+        declared: Iterable[McpServerConfig] = (),
+        *,
+        connect: Connect | None = None,
+        observers: Observers | None = None,
+    ):
         self._connect = connect or local_connect
+        self._observers = observers
         self._configs: dict[str, McpServerConfig] = {}
         for config in declared:
             if config.name in self._configs:
@@ -102,6 +122,11 @@ class McpManager:
         self.version += 1
         self._change.set()
         self._change = asyncio.Event()
+        self._state_changed()
+
+    def _state_changed(self) -> None:
+        if self._observers is not None and self._observers.subscribed("agents:message"):
+            self._observers.publish(MCP_SERVERS_CHANGED, {"servers": self.states()})
 
     async def wait_changed(self, version: int, timeout_s: float | None = None) -> bool:
         """Wait until the tool set changed after ``version`` (at most ``timeout_s``); whether it did."""
@@ -115,7 +140,7 @@ class McpManager:
         """Start connecting every server that has no connection yet (needs a running event loop)."""
         for name, config in self._configs.items():
             if name not in self._connections:
-                connection = self._connect(config, self._changed)
+                connection = self._connect(config, self._changed, self._state_changed)
                 self._connections[name] = connection
                 connection.start()
 

@@ -85,13 +85,21 @@ class SharedMcpServer:
 class SharedConnection:
     """An agent's proxy of a node's shared connection (see the module docstring)."""
 
-    def __init__(self, config: McpServerConfig, on_change: Callable[[], None], namespace: str, node_id: str):
+    def __init__(
+        self,
+        config: McpServerConfig,
+        on_change: Callable[[], None],
+        namespace: str,
+        node_id: str,
+        on_state_changed: Callable[[], None] | None = None,
+    ):
         self.config = config
         self.state: ConnectionState = "connecting"
         self.error: str | None = None
         self.tools: list[ListedTool] = []
         self.listings = 0
         self._on_change = on_change
+        self._on_state_changed = on_state_changed
         self._namespace = namespace
         self._node_id = node_id
         self._actor: Any = None
@@ -113,8 +121,14 @@ class SharedConnection:
             ).remote(self.config)
         return self._actor
 
+    def _set(self, state: ConnectionState, error: str | None) -> None:
+        changed = (state, error) != (self.state, self.error)
+        self.state, self.error = state, error
+        if changed and self._on_state_changed is not None:
+            self._on_state_changed()
+
     def _apply(self, snapshot: dict[str, Any]) -> None:
-        self.state, self.error = snapshot["state"], snapshot["error"]
+        self._set(snapshot["state"], snapshot["error"])
         if snapshot["listings"] != self.listings or snapshot["tools"] != self.tools:
             self.tools, self.listings = list(snapshot["tools"]), snapshot["listings"]
             self._on_change()
@@ -129,7 +143,7 @@ class SharedConnection:
                 raise
             except Exception as err:  # the actor died: the next round (or call) gets a new one
                 self._actor = None
-                self.state, self.error = "failed", f"the shared connection's actor failed: {_cause(err)}"
+                self._set("failed", f"the shared connection's actor failed: {_cause(err)}")
                 self._ready.set()
                 await asyncio.sleep(1.0)
             if self.state == "failed":
@@ -172,7 +186,7 @@ class SharedConnection:
         if self._follow is not None:
             self._follow.cancel()
             await asyncio.gather(self._follow, return_exceptions=True)
-        self.state = "closed"
+        self._set("closed", self.error)
 
 
 def _cause(err: BaseException) -> BaseException:
@@ -184,9 +198,11 @@ def ray_connect(namespace: str, local: Connect) -> Connect:
     """The connection factory of an agent on Ray: ``shared`` servers through the node's actor, others ``local``."""
     node_id = ray.get_runtime_context().get_node_id()
 
-    def connect(config: McpServerConfig, on_change: Callable[[], None]) -> ServerConnection:
+    def connect(
+        config: McpServerConfig, on_tools_changed: Callable[[], None], on_state_changed: Callable[[], None]
+    ) -> ServerConnection:
         if config.shared:
-            return SharedConnection(config, on_change, namespace, node_id)
-        return local(config, on_change)
+            return SharedConnection(config, on_tools_changed, namespace, node_id, on_state_changed)
+        return local(config, on_tools_changed, on_state_changed)
 
     return connect

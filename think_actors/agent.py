@@ -14,42 +14,26 @@ from typing import Any
 from . import mcp as _mcp
 from . import metrics as _metrics
 from ._turn.agent_runs import run_as_tool
-from ._turn.convert import default_repair
 from ._turn.driver import TurnOutcome, TurnSpec, normalize_input, turn_stream
 from ._turn.durable import attach_durable
 from ._turn.engine import Engine
 from ._turn.queue import TurnQueue
+from .agent_durable import DurableEntryPoints
 from .delegation import LocalAgentHandle
 from .errors import ConfigurationError
 from .hooks import (
-    ChatErrorContext,
     ChatRecoveryConfig,
-    ChatRecoveryContext,
-    ChatResponseResult,
-    ChunkContext,
     ContextOverflowConfig,
-    ErrorClassification,
-    ReconcileDecision,
-    RecoveryDecision,
-    StepConfig,
-    StepContext,
-    StepResult,
-    ToolCallContext,
-    ToolCallDecision,
-    ToolCallResultContext,
-    ToolReconcileContext,
-    TurnConfig,
-    TurnContext,
     TurnResult,
 )
+from .lifecycle import LifecycleHooks
 from .mcp import McpManager, McpServerConfig, McpServerState
-from .messages import MessagePart, ToolPart, UIMessage, new_id
+from .messages import UIMessage, new_id
 from .models import ModelClient
 from .observability import Event
-from .schedule import AgentSchedules, RetryPolicy, ScheduledTask, TaskInfo, open_schedule_store, run_handler
+from .schedule import AgentSchedules, ScheduledTask
 from .session import Session
 from .store import LATEST, MemoryStore, Store, agent_path, check_store_url, validate_agent_name
-from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
@@ -103,7 +87,7 @@ class ChatStream:
         return [chunk async for chunk in self]
 
 
-class Think:
+class Think(LifecycleHooks, DurableEntryPoints):
     """An LLM chat agent: class attributes configure it, hooks customise its turns.
 
     Attributes:
@@ -186,150 +170,6 @@ class Think:
         self._schedules: AgentSchedules | None = None
         if _metrics.enabled(type(self)):
             self._engine.observers.subscribe("agents:chat", _metrics.MetricsRecorder())
-
-    # ------------------------------------------------------------------ lifecycle hooks
-
-    async def configure_session(self, session: Session) -> Session | None:
-        """Configure the session once, when the agent starts (before its history loads).
-
-        Return the session (or a replacement); None keeps it. Raising fails the agent's start.
-        """
-        return session
-
-    async def before_turn(self, ctx: TurnContext) -> TurnConfig | None:
-        """Change the turn before its first model request. Turn lock held; once per turn, every entry point.
-
-        Return a TurnConfig to override the model, prompt, messages, tools, limits or sampling, or to rewrite the
-        model's stream (``transform``, an async generator function over each step's model events); None keeps all.
-        Raising fails the turn (stage ``turn``): ``chat`` streams an error chunk, ``save_messages`` raises.
-        """
-        return None
-
-    async def before_step(self, ctx: StepContext) -> StepConfig | None:
-        """Change one step before its model request. Turn lock held; once per step.
-
-        Return a StepConfig (model, tool_choice, active_tools, instructions, messages, provider_options) for this
-        step only; None keeps all. Raising ends the turn with an error.
-        """
-        return None
-
-    async def on_chunk(self, ctx: ChunkContext) -> None:
-        """Observe each model-level stream part (text, reasoning, tool input, tool call, tool result).
-
-        Turn lock held; awaited, so a slow hook slows the stream. Not called at all unless overridden. The
-        return value is ignored; raising ends the turn with an error (the partial reply is kept).
-        """
-
-    async def before_tool_call(self, ctx: ToolCallContext) -> ToolCallDecision | None:
-        """Decide whether a tool call runs. Turn lock held; once per call, calls of a step concurrently.
-
-        Return None or Allow() to run it, Allow(input=...) to run it with new input, Block(reason) to skip it,
-        or Substitute(output) to answer for it. Raising becomes a tool error the model sees; the turn goes on.
-        """
-        return None
-
-    async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
-        """Observe a finished tool call (success, output or error, duration), blocked and substituted ones too.
-
-        Turn lock held; once per executed call, as each finishes. The return value is ignored. Raising ends the
-        turn with an error (the partial reply is kept).
-        """
-
-    async def on_step_finish(self, ctx: StepResult) -> None:
-        """Observe a finished step: the whole step record (text, reasoning, files, sources, tool calls and
-        results, finish reason, usage, warnings, request, response id/model/timestamp, provider metadata, cost).
-
-        Turn lock held; once per step, after its tool calls, before the next step. The return value is ignored.
-        Raising ends the turn with an error (stage ``stream``; the partial reply is kept).
-        """
-
-    async def on_chat_response(self, result: ChatResponseResult) -> None:
-        """Observe a finished turn whose assistant message was persisted. Turn lock already released.
-
-        Fires for every entry point (``chat``, child-agent calls, ``save_messages``, ``continue_last_turn``) with
-        ``completed`` (even for an empty reply), ``aborted``, or ``error`` when a partial reply with at least one
-        part was persisted; a turn that fails before any part exists fires only ``on_chat_error``. Not fired for
-        skipped turns or for an attempt discarded by context-overflow recovery.
-
-        The lock is released before this runs (the seed's contract; the reference's code runs it inside the
-        slot), so ``save_messages``, ``continue_last_turn`` and ``chat`` work here: the new turn queues behind
-        turns already waiting, and the next queued turn may start while this hook runs. The entry point that ran
-        the turn returns only after this hook finished. A turn started from here does not fire this hook again
-        (re-entrancy guard), so a follow-up turn does not recurse. Raising is logged and ignored.
-        """
-
-    async def on_chat_error(self, error: BaseException, ctx: ChatErrorContext) -> Any:
-        """Choose the error to report for a failed turn. Called exactly once per failed turn, at every stage.
-
-        Stages (``ctx.stage``): ``persist`` (the input could not be resolved or stored), ``turn`` (setup: no
-        model, no messages, ``before_turn`` raising), ``transcript`` (repairing the transcript failed),
-        ``stream`` (a provider error before or during the stream, an error event inside it, a hook or the
-        consumer raising). ``ctx.messages_persisted`` says whether the user's input is stored;
-        ``ctx.classification`` is ``"context_overflow"`` only when overflow recovery could not save the turn.
-        The partial reply, if any, is persisted before this runs. Turn lock held.
-
-        This is the seed's contract (the reference's code skips in-band stream errors): return the error
-        (default), a replacement exception, or any value; its message (``str(x)``) is what every caller sees —
-        the ``error`` chunk, ``TurnResult.error``, the exception ``save_messages`` raises for a setup failure,
-        and the ``chat:request:failed`` event. Returning None keeps the error. Raising is logged and the original
-        error is reported.
-        """
-        return error
-
-    async def classify_chat_error(self, error: Any, ctx: ChatErrorContext) -> ErrorClassification | None:
-        """Classify a failed model request, before ``on_chat_error``; None (the default) means no opinion.
-
-        Called only when ``context_overflow.reactive`` is on, with ``ctx = ChatErrorContext(stage="stream",
-        request_id=...)`` (so it may ``self.cancel_chat(ctx.request_id)`` to stop the recovery). ``error`` is the
-        project's error — ``ContextOverflowError``, or a ``ProviderError`` with ``status_code`` and the
-        provider's ``response_body`` — or, for an error event inside the stream, the error text as a ``str``.
-        ``"context_overflow"`` starts compact-and-retry; the other categories are reserved: they change nothing
-        and are not passed to ``on_chat_error``. Assign ``classify_chat_error =
-        ta.default_context_overflow_classifier`` for the shipped classifier. May be sync or async. Turn lock
-        held. Raising counts as no opinion.
-        """
-        return None
-
-    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> RecoveryDecision | dict[str, bool] | None:
-        """Decide how a turn a crash interrupted is finished, when the agent starts again. Turn lock held.
-
-        ``ctx.kind`` is ``"continue"`` (a partial reply exists) or ``"retry"`` (the user's message is unanswered).
-        Return ``RecoveryDecision(persist=..., resume=...)`` (or ``{"persist": ..., "continue": ...}``): persist
-        False keeps only the partial's settled tool results; resume False ends the turn without a continuation.
-        None keeps both True. Raising is logged and the defaults apply.
-        """
-        return None
-
-    async def on_chat_recovery_exhausted(self, ctx: ChatRecoveryContext) -> None:
-        """Observe a turn recovery gave up on (``ctx.reason``: ``max_attempts``, ``work_budget``,
-        ``no_progress_timeout``, ``disabled``); ``on_chat_error`` then reports it (stage ``recovery``).
-        Raising is logged and ignored."""
-
-    async def reconcile_tool_call(self, ctx: ToolReconcileContext) -> ReconcileDecision | None:
-        """Decide a tool call that started before a crash and has no recorded end (it may have had its effect).
-
-        Return ``Rerun()`` to run it again, ``Substitute(output)`` to settle it with a result, or
-        ``Fail(error)`` to settle it with an error the model sees. None (the default) re-runs tools declared
-        ``idempotent=True`` and fails the others, saying their outcome is unknown — a payment tool is never
-        charged twice. Raising settles the call with an error. Turn lock held.
-        """
-        return None
-
-    async def on_submission_status(self, submission: Submission) -> None:
-        """Observe a submission's status change: accepted (``pending``), ``running``, and its final status.
-
-        Awaited before the change is reported on (``submit_messages`` returns after the ``pending`` call). The
-        turn lock may or may not be held. The return value is ignored; raising is logged and ignored.
-        """
-
-    def repair_interrupted_tool_part(self, part: ToolPart) -> ToolPart | MessagePart | None:
-        """Repair a tool call that has no result, before the next model request sees the transcript.
-
-        Turn lock held; once per unsettled tool part (except ``approval-responded``) of a turn's transcript.
-        Return the part to keep (default: an error result), another part (e.g. a text part), or None to drop
-        it; the repaired message is persisted. Raising fails the turn's setup (stage ``turn``).
-        """
-        return default_repair(part)
 
     def get_system_prompt(self, tools: dict[str, Tool]) -> str:
         """The system prompt of a turn: ``instructions`` plus, when tools are offered, what they are."""
@@ -452,119 +292,6 @@ class Think:
         spec = self._spec("programmatic", None, continuation=True, body=body, raise_setup_errors=True)
         return await self._drain(spec)
 
-    async def submit_messages(
-        self,
-        messages: Any,
-        *,
-        submission_id: str | None = None,
-        idempotency_key: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Submission:
-        """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
-
-        Returns once the submission is committed to the store (``status="pending"``, ``accepted=True``); its turn
-        runs in the background through the normal turn queue, appending the messages only when it starts. A retry
-        with the same ``submission_id`` or ``idempotency_key`` returns the existing submission with
-        ``accepted=False`` and stores nothing. Never waits on the queue, so it is safe inside a turn, a tool and
-        ``on_chat_response``. Raises ConfigurationError for empty input or an id and key naming two submissions.
-        """
-        return await self._durable.submissions.submit(
-            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata
-        )
-
-    async def inspect_submission(self, submission_id: str) -> Submission | None:
-        """The submission's current state, or None when there is none."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.inspect(submission_id)
-
-    async def list_submissions(self, status: str | Sequence[str] | None = None, limit: int = 50) -> list[Submission]:
-        """Submissions (of a status or statuses), newest first (by acceptance time, then id, as Think lists them);
-        ``limit`` (clamped to 1..100, as Think's) keeps the newest."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.list_some(status, limit)
-
-    async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
-        """Abort a pending or running submission (its status becomes ``aborted``); False if it is already final."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.cancel(submission_id, reason)
-
-    async def delete_submission(self, submission_id: str) -> bool:
-        """Delete a final submission; pending and running ones are kept (False)."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.delete(submission_id)
-
-    async def delete_submissions(
-        self, status: str | Sequence[str] | None = None, *, completed_before: float | None = None, limit: int = 100
-    ) -> int:
-        """Delete final submissions (of ``status``, completed before a unix time); returns how many.
-
-        The earliest finished go first (by completion time, then acceptance time, as Think deletes them); ``limit``
-        is clamped to 1..500."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.delete_many(status, completed_before, limit)
-
-    async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
-        """Wait until the submission's status is final and return it."""
-        await self._engine.ensure_started()
-        return await self._durable.submissions.wait(submission_id, timeout_s)
-
-    async def schedule(
-        self,
-        when: Any,
-        prompt: str | Callable[..., Any] | None = None,
-        *,
-        handler: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        task_id: str | None = None,
-        retry: RetryPolicy | None = None,
-        timezone: str | None = None,
-    ) -> TaskInfo:
-        """Schedule a prompt (a string: it becomes a submission) or a handler (a method of this agent, or its name).
-
-        ``when``: seconds from now or a datetime (once), or a spec (``"every 2 hours"``, ``"every day at 09:00 in
-        Europe/Paris"``, ``"0 9 * * mon-fri"``). See ``think_actors.schedule`` for occurrences and DST rules.
-        """
-        if callable(prompt):
-            handler, prompt = getattr(prompt, "__name__", ""), None
-        return await self._schedule_binding().schedule(
-            when, prompt, handler=handler, metadata=metadata, task_id=task_id, retry=retry, timezone=timezone
-        )
-
-    async def list_schedules(self) -> list[TaskInfo]:
-        """This agent's scheduled tasks, the next to run first."""
-        return await self._schedule_binding().list()
-
-    async def cancel_schedule(self, task_id: str) -> bool:
-        """Remove a scheduled task (and a retry it was waiting for); False when there was none."""
-        return await self._schedule_binding().cancel(task_id)
-
-    async def run_scheduled_task(self, handler: str, facts: dict[str, Any]) -> bool:
-        """Run a handler task's occurrence (the scheduler calls this); False if that occurrence already ran."""
-        await self._engine.ensure_started()
-        return await run_handler(self, handler, facts)
-
-    def attach_schedules(self, schedules: AgentSchedules) -> None:
-        """Keep this agent's scheduled tasks in ``schedules`` (``LocalScheduler.attach`` and the runtime call it)."""
-        self._schedules = schedules
-
-    async def sync_schedules(self) -> None:
-        """Register the class's ``schedules`` in the schedule store (on Ray, when the actor starts)."""
-        if self.schedules or self._schedules is not None:
-            await self._schedule_binding().sync_class(self.schedules)
-
-    def _schedule_binding(self) -> AgentSchedules:
-        if self._schedules is None:
-            if self._engine.runtime is None:
-                raise ConfigurationError(
-                    f"agent {self.path!r} runs in process without a scheduler: attach it with "
-                    "`await ta.LocalScheduler().attach(agent)`, or spawn it on Ray"
-                )
-            store = open_schedule_store(self.store_url, self.data_dir)  # the store the cluster's scheduler reads
-            self._schedules = AgentSchedules(
-                store, self.path, type(self).__name__, default_timezone=self.default_timezone
-            )
-        return self._schedules
-
     async def add_messages(self, messages: Any, *, parent_id: str | None = LATEST, mode: str = "append") -> None:
         """Write messages without a turn (safe inside a tool). Entries chain under ``parent_id``.
 
@@ -607,28 +334,6 @@ class Think:
         await engine.ensure_started()
         await engine.remember_turn_context(engine.last_body, _client_tools(client_tools, None))
 
-    async def add_tool_result(
-        self, tool_call_id: str, output: Any = None, *, error: str | None = None, auto_continue: bool = False
-    ) -> bool:
-        """Answer a client tool's call (or any call still waiting) with ``output``, or ``error``.
-
-        The first answer wins; False when no call waits under that id. With ``auto_continue`` the turn goes on
-        after 50 ms of quiet (so a batch coalesces), unless the latest reply is mid-batch: one of its calls has its
-        answer and another still waits (then the last answer of the batch continues it).
-        """
-        return await self._durable.interactions.add_tool_result(
-            tool_call_id, output=output, error=error, auto_continue=auto_continue
-        )
-
-    async def add_tool_approval(
-        self, tool_call_id: str, approved: bool, *, reason: str | None = None, auto_continue: bool = False
-    ) -> bool:
-        """Approve or deny a call of a ``needs_approval`` tool. Approved, the continuation runs it (through
-        ``before_tool_call``, still the outer gate); denied, the model sees the denial and the tool never runs."""
-        return await self._durable.interactions.add_tool_approval(
-            tool_call_id, approved, reason=reason, auto_continue=auto_continue
-        )
-
     async def chat_terminal(self) -> dict[str, Any] | None:
         """How the last chat turn failed, as the gateway replays it to a tab that was away: ``{"requestId",
         "frames"}``, or None. Stored with the agent, so a restarted gateway or agent still replays it."""
@@ -644,36 +349,6 @@ class Think:
         engine = self._engine
         await engine.ensure_started()
         await engine.store.set_kv(_CHAT_TERMINAL_KEY, record)
-
-    def has_pending_interaction(self) -> bool:
-        """Whether a call waits for a person (an approval) or a client (a call of a stored client tool, see
-        ``set_client_tools``). A server tool's waiting call, or one of a client tool of one ``chat()``, is not:
-        nothing can answer it any more, so the next turn or recovery repairs it."""
-        return self._durable.interactions.pending()
-
-    async def pending_continuation_id(self) -> str | None:
-        """The request id of the auto-continuation that runs now, or that a tool answer armed and will run next
-        (the gateway tells a client that asks for the stream this id before it starts); None when there is none."""
-        await self._engine.ensure_started()
-        return self._durable.interactions.upcoming()
-
-    async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
-        """Wait until no turn runs or waits and no auto-continuation is armed (it may never be, while a call
-        waits for an answer: pass a timeout)."""
-        await self._durable.interactions.wait_until_stable(timeout_s)
-
-    async def attach(self, request_id: str, *, position: int | None = None) -> AsyncIterator[Any]:
-        """Follow a turn that recovery resumed after a crash, by the request id of the interrupted turn (or a
-        submission's or an auto-continuation's turn). Raises TurnError for an id with no such turn.
-
-        Without ``position``: the chunks the turn streamed since this process followed it, then the rest. With
-        ``position``, how much of the turn's stream the caller already holds (a delta counts its characters, every
-        other chunk the log keeps one; ``RemoteStream.position`` counts it): every chunk after it, once, the part
-        of the log written before a crash included.
-        """
-        await self._engine.ensure_started()
-        async for chunk in self._durable.recovery.attach(request_id, position):
-            yield chunk
 
     def get_messages(self) -> list[UIMessage]:
         """The active transcript (a copy): every message, whatever compaction shows the model."""

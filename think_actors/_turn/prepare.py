@@ -1,0 +1,165 @@
+"""A turn's set-up before its model request: the tools it offers, its config, ``before_turn``, the output format."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from ..errors import (
+    ConfigurationError,
+    NoMessagesError,
+)
+from ..hooks import ChatErrorStage, TurnConfig, TurnContext
+from ..messages import ToolPart
+from .assembly import assemble_history, system_prompt
+from .convert import ensure_continue_checkpoint
+from .engine import Engine
+from .run import TurnRun
+from .spec import TurnSpec
+
+__all__ = ["prepare"]
+
+
+def _output_format(output: Any) -> dict[str, Any] | None:
+    if output is None:
+        return None
+    if isinstance(output, type) and issubclass(output, BaseModel):
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": output.__name__, "schema": output.model_json_schema(), "strict": False},
+        }
+    if isinstance(output, dict):
+        return output
+    raise ConfigurationError("TurnConfig.output must be a pydantic model class or a response_format dict")
+
+
+async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
+    """Assemble the turn and apply ``before_turn``; raises on setup failures (stage ``turn``)."""
+    agent = engine.agent
+    try:
+        repaired, model_messages = await assemble_history(engine, spec.request_id, spec.branch_from, spec.reruns)
+    except Exception as err:
+        raise _StageError("transcript", err) from err
+    if not model_messages:
+        raise NoMessagesError(
+            "No messages to send to the model: the transcript is empty",
+            stage="turn",
+            messages_persisted=True,
+            request_id=spec.request_id,
+        )
+    tools = engine.collect_tools()
+    if spec.continuation:
+        # A continuation (after a client tool's result, an approval, a recovery) sees the custom body of the turn
+        # it continues and offers the stored client tools (set_client_tools), so the model can call them again
+        # (reference: lastBody, lastClientTools). A new turn sets the body to what it brought; the client tools
+        # it brought are for it only (reference: chat() forwards them per turn), so the stored ones stay.
+        spec.body = spec.body or (dict(engine.last_body) if engine.last_body else None)
+        spec.client_tools = spec.client_tools or list(engine.last_client_tools)
+    else:
+        await engine.remember_turn_context(dict(spec.body) if spec.body else None, list(engine.last_client_tools))
+    for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
+        tools[client_tool.name] = client_tool
+    model = agent.model
+    system = await system_prompt(engine, agent.get_system_prompt(tools))
+    ctx = TurnContext(
+        request_id=spec.request_id,
+        system=system,
+        messages=model_messages,
+        tools=dict(tools),
+        model=model,
+        continuation=spec.continuation,
+        body=spec.body,
+        trigger=spec.trigger,
+    )
+    cfg = await agent.before_turn(ctx) or TurnConfig()
+    if not isinstance(cfg, TurnConfig):
+        raise ConfigurationError(
+            f"before_turn must return a TurnConfig or None, not {type(cfg).__name__}", request_id=spec.request_id
+        )
+    if cfg.model is None and model is None:
+        raise ConfigurationError(
+            f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",
+            request_id=spec.request_id,
+        )
+    if cfg.transform is not None and not callable(cfg.transform):
+        raise ConfigurationError(
+            "TurnConfig.transform must be a function of the model's stream (an async generator function), "
+            f"not {type(cfg.transform).__name__}",
+            request_id=spec.request_id,
+        )
+    if cfg.tools:
+        for extra in cfg.tools:
+            tools[extra.name] = extra.bind(agent)
+    if cfg.instructions is not None or cfg.system is not None:
+        system = cfg.instructions if cfg.instructions is not None else cfg.system  # type: ignore[assignment]
+    elif cfg.tools or cfg.active_tools is not None:
+        offered = {n: t for n, t in tools.items() if cfg.active_tools is None or n in cfg.active_tools}
+        system = await system_prompt(engine, agent.get_system_prompt(offered))
+    params = {
+        k: v
+        for k, v in (
+            ("temperature", cfg.temperature),
+            ("top_p", cfg.top_p),
+            ("top_k", cfg.top_k),
+            ("presence_penalty", cfg.presence_penalty),
+            ("frequency_penalty", cfg.frequency_penalty),
+            ("stop", list(cfg.stop_sequences) if cfg.stop_sequences else None),
+            ("seed", cfg.seed),
+            ("max_tokens", cfg.max_output_tokens),
+        )
+        if v is not None
+    }
+    messages = ensure_continue_checkpoint(cfg.messages if cfg.messages is not None else model_messages)
+    return TurnRun(
+        engine=engine,
+        request_id=spec.request_id,
+        signal=spec.signal,
+        model=cfg.model or model,
+        system=system,
+        messages=messages,
+        tools=tools,
+        active_tools=cfg.active_tools,
+        tool_choice=cfg.tool_choice,
+        max_steps=cfg.max_steps if cfg.max_steps is not None else agent.max_steps,
+        stop_when=tuple(cfg.stop_when or ()),
+        send_reasoning=cfg.send_reasoning if cfg.send_reasoning is not None else agent.send_reasoning,
+        params=params,
+        response_format=_output_format(cfg.output or spec.output),
+        output_type=cfg.output or spec.output,
+        headers=cfg.headers,
+        timeout_s=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+        provider_options=dict(cfg.provider_options or {}),
+        repair_tool_call=cfg.repair_tool_call,
+        continuation=spec.continuation,
+        on_chunk=agent.on_chunk if engine.overrides("on_chunk") else None,
+        tool_call_ids={p.tool_call_id for m in repaired for p in m.parts if isinstance(p, ToolPart)},
+        context_overflow=cfg.context_overflow if cfg.context_overflow is not None else agent.context_overflow,
+        baseline=len(messages),
+        stall_timeout_s=(
+            cfg.chat_stream_stall_timeout_s
+            if cfg.chat_stream_stall_timeout_s is not None
+            else agent.chat_stream_stall_timeout_s
+        ),
+        stats=spec.stats,
+        transform=cfg.transform,
+    )
+
+
+class _StageError(Exception):
+    """A setup failure at a stage other than ``turn``."""
+
+    def __init__(self, stage: ChatErrorStage, error: BaseException):
+        super().__init__(str(error))
+        self.stage: ChatErrorStage = stage
+        self.error = error
+
+
+def _parse_output(run: TurnRun) -> Any:
+    text = run.steps[-1].text if run.steps else ""
+    output_type = run.output_type
+    if isinstance(output_type, type) and issubclass(output_type, BaseModel):
+        return output_type.model_validate_json(text)
+    return json.loads(text)

@@ -14,16 +14,10 @@ prompt and the hashes it was rendered for), ``session:compactions`` (the overlay
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import inspect
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from .compaction import (
     COMPACTION_PREFIX,
@@ -37,6 +31,19 @@ from .compaction import (
 )
 from .errors import ConfigurationError
 from .messages import TextPart, UIMessage, new_id
+from .session_parts import (
+    Block,
+    Overlay,
+    SetContextInput,
+    Span,
+    as_result,
+    hidden_count,
+    layout_hash,
+    resolve,
+    spans_on_path,
+    takes_context,
+    view_bounds,
+)
 from .store import Store
 from .tools import Tool, ToolContext
 
@@ -53,99 +60,6 @@ ContextProvider = Callable[[], str | Awaitable[str]] | Any
 """A callable returning the block's text, or an object with ``get()`` (and ``set(content)`` to be writable)."""
 
 
-async def _resolve(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
-
-
-def _hash(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()
-
-
-@dataclass(slots=True)
-class _Block:
-    label: str
-    description: str | None
-    max_tokens: int | None
-    writable: bool
-    content: str | None  # the static text, or a store-backed block's text until its first write
-    provider: Any  # None, a callable, or an object with get() / set()
-
-    def layout(self) -> list[Any]:
-        return [self.label, self.description, self.max_tokens, self.writable]
-
-
-@dataclass(frozen=True, slots=True)
-class _Overlay:
-    id: str
-    from_message_id: str
-    to_message_id: str
-    summary: str
-    created_at: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "from_message_id": self.from_message_id,
-            "to_message_id": self.to_message_id,
-            "summary": self.summary,
-            "created_at": self.created_at,
-        }
-
-    @classmethod
-    def from_dict(cls, value: Any) -> _Overlay | None:
-        try:
-            return cls(
-                str(value["id"]),
-                str(value["from_message_id"]),
-                str(value["to_message_id"]),
-                str(value["summary"]),
-                float(value["created_at"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
-_Span = tuple[int, int, _Overlay]  # first and last index of an applied overlay's range on the path
-
-
-class _SetContextInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    label: str
-    content: str
-    action: Literal["replace", "append"] = "replace"
-
-
-def _takes_context(fn: Callable[..., Any]) -> bool:
-    """Whether a compaction function takes ``(history, ctx)`` rather than the old ``(history)``."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    positional = 0
-    for p in parameters:
-        if p.kind is p.VAR_POSITIONAL:
-            return True
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            positional += 1
-    return positional >= 2
-
-
-def _as_result(raw: Any) -> CompactionResult | None:
-    if raw is None or isinstance(raw, CompactionResult):
-        return raw
-    if isinstance(raw, Mapping):
-        try:
-            values = [raw["summary"], raw["from_message_id"], raw["to_message_id"]]
-        except KeyError as err:
-            raise ConfigurationError(f"a compaction function's dict result lacks {err.args[0]!r}") from None
-        if all(isinstance(v, str) for v in values):
-            return CompactionResult(*values)
-    raise ConfigurationError(
-        f"a compaction function must return a CompactionResult, a dict of str summary/from_message_id/"
-        f"to_message_id, or None; got {raw!r}"
-    )
-
-
 class Session:
     """An agent's store, context blocks, frozen system prompt and compaction.
 
@@ -160,10 +74,10 @@ class Session:
         self.agent_path = agent_path
         self.store = store
         self.compaction: Callable[..., Any] | None = None
-        self._blocks: dict[str, _Block] = {}
+        self._blocks: dict[str, Block] = {}
         self._frozen: tuple[str, str] | None = None  # (hash of the base it was rendered on, prompt)
         self._base: str | None = None  # the base of the last system_prompt call
-        self._overlays: list[_Overlay] = []
+        self._overlays: list[Overlay] = []
         self._loaded = False
         self._lock = asyncio.Lock()
         self._synthetic: dict[tuple[str, str], UIMessage] = {}
@@ -236,7 +150,7 @@ class Session:
     async def load(self) -> None:
         """Read the compaction overlays from the store (once, at agent start; ``model_view`` needs them)."""
         stored = await self.store.get_kv(COMPACTIONS_KEY)
-        overlays = [_Overlay.from_dict(v) for v in stored] if isinstance(stored, list) else []
+        overlays = [Overlay.from_dict(v) for v in stored] if isinstance(stored, list) else []
         self._overlays = [o for o in overlays if o is not None]
         self._synthetic.clear()
         self._loaded = True
@@ -318,7 +232,7 @@ class Session:
         if block.provider is None:
             await self.store.set_kv(CONTEXT_KEY_PREFIX + label, new)
         else:
-            await _resolve(block.provider.set(new))
+            await resolve(block.provider.set(new))
         written = await self._text_tokens(content)
         usage = f"{total}/{block.max_tokens} tokens" if block.max_tokens is not None else f"{total} tokens in total"
         return f"Wrote {written} tokens to {label} ({usage})"
@@ -354,10 +268,10 @@ class Session:
 
         async def execute(value: Any, context: ToolContext) -> str:
             # before_tool_call's Allow(input=...) hands over a plain dict instead of the validated model.
-            args = value if isinstance(value, _SetContextInput) else _SetContextInput.model_validate(value)
+            args = value if isinstance(value, SetContextInput) else SetContextInput.model_validate(value)
             return await self.set_context(args.label, args.content, action=args.action)
 
-        return [Tool("set_context", description, schema, validator=_SetContextInput, executor=execute)]
+        return [Tool("set_context", description, schema, validator=SetContextInput, executor=execute)]
 
     async def system_prompt(self, base: str) -> str:
         """``base`` with the context blocks under it, frozen: later calls return the same text.
@@ -369,7 +283,7 @@ class Session:
         self._base = base
         if not self._blocks:
             return base
-        base_hash = _hash(base)
+        base_hash = layout_hash(base)
         if self._frozen is not None:
             if self._frozen[0] == base_hash:
                 return self._frozen[1]
@@ -403,7 +317,7 @@ class Session:
             return base
         rendered = [await self._render_block(b) for b in self._blocks.values()]
         prompt = "\n\n".join(part for part in (base, *rendered) if part)
-        base_hash = _hash(base)
+        base_hash = layout_hash(base)
         await self.store.set_kv(
             SYSTEM_PROMPT_KEY, {"prompt": prompt, "base_hash": base_hash, "layout_hash": self._layout_hash()}
         )
@@ -426,7 +340,7 @@ class Session:
         a tail starting on one) keeps alternating instead of stacking three user turns. System messages around
         it are ignored for this choice.
         """
-        spans = self._spans(messages, self._overlays)
+        spans = spans_on_path(messages, self._overlays)
         return self._view(messages, spans) if spans else list(messages)
 
     async def compact(
@@ -447,14 +361,14 @@ class Session:
             fn = self.compaction
             if fn is None:
                 return None
-            spans = self._spans(messages, self._overlays)
+            spans = spans_on_path(messages, self._overlays)
             view = self._view(messages, spans)
             ctx = CompactionContext(token_counter=self.token_counter, reason=reason, request_id=request_id)
-            raw = await _resolve(fn(view, ctx) if _takes_context(fn) else fn(view))
-            result = _as_result(raw)
+            raw = await resolve(fn(view, ctx) if takes_context(fn) else fn(view))
+            result = as_result(raw)
             if result is None or not result.summary.strip():
                 return None
-            bounds = self._bounds(messages, spans)
+            bounds = view_bounds(messages, spans)
             first, last = bounds.get(result.from_message_id), bounds.get(result.to_message_id)
             if first is None or last is None:
                 return None
@@ -464,9 +378,9 @@ class Session:
             for i, j, _ in sorted(spans, key=lambda s: s[0], reverse=True):
                 if i <= hi and j >= lo - 1:  # overlaps, or is the summary right before the new range
                     lo, hi = min(lo, i), max(hi, j)
-            overlay = _Overlay(new_id(), messages[lo].id, messages[hi].id, result.summary, time.time())
+            overlay = Overlay(new_id(), messages[lo].id, messages[hi].id, result.summary, time.time())
             overlays = [*self._overlays, overlay]
-            if _hidden(self._spans(messages, overlays)) <= _hidden(spans):
+            if hidden_count(spans_on_path(messages, overlays)) <= hidden_count(spans):
                 return None
             await self.store.set_kv(COMPACTIONS_KEY, [o.to_dict() for o in overlays])
             self._overlays = overlays
@@ -499,7 +413,7 @@ class Session:
             log.warning("automatic compaction of %s failed: %r", self.agent_path, err)
             if self._compaction_error is not None:
                 try:
-                    await _resolve(self._compaction_error(err))
+                    await resolve(self._compaction_error(err))
                 except Exception:
                     log.exception("on_compaction_error callback of %s failed", self.agent_path)
             return None
@@ -514,7 +428,7 @@ class Session:
         description: str | None,
         max_tokens: int | None,
         writable: bool | None,
-    ) -> _Block:
+    ) -> Block:
         if not isinstance(label, str) or not label.strip():
             raise ConfigurationError(f"a context block needs a non-empty label, got {label!r}")
         if label in self._blocks:
@@ -546,9 +460,9 @@ class Session:
             writable = True
         else:
             writable = bool(writable)
-        return _Block(label, description, max_tokens, writable, content, provider)
+        return Block(label, description, max_tokens, writable, content, provider)
 
-    async def _read(self, block: _Block) -> str:
+    async def _read(self, block: Block) -> str:
         if block.provider is None:
             if block.writable:
                 stored = await self.store.get_kv(CONTEXT_KEY_PREFIX + block.label)
@@ -556,7 +470,7 @@ class Session:
                     return stored
             return block.content or ""
         getter = block.provider.get if callable(getattr(block.provider, "get", None)) else block.provider
-        text = await _resolve(getter())
+        text = await resolve(getter())
         if text is None:
             return ""
         if not isinstance(text, str):
@@ -566,7 +480,7 @@ class Session:
     async def _text_tokens(self, text: str) -> int:
         return await self.count_tokens([], text)
 
-    async def _render_block(self, block: _Block) -> str:
+    async def _render_block(self, block: Block) -> str:
         text = await self._read(block)
         if not text and not block.writable:
             return ""  # an empty read-only block tells the model nothing; a writable one says it can be written
@@ -596,32 +510,9 @@ class Session:
         return text[:lo].rstrip()
 
     def _layout_hash(self) -> str:
-        return _hash([b.layout() for b in self._blocks.values()])
+        return layout_hash([b.layout() for b in self._blocks.values()])
 
-    @staticmethod
-    def _spans(messages: list[UIMessage], overlays: list[_Overlay]) -> list[_Span]:
-        """The overlays that apply to the path ``messages``, as disjoint index ranges in path order.
-
-        Where applicable overlays overlap, the one hiding more wins, then the newer: an iterative compaction's
-        overlay contains the ones it extended, and a sibling branch's smaller overlay never shadows this branch's.
-        """
-        if not overlays:
-            return []
-        index = {m.id: i for i, m in enumerate(messages)}
-        candidates: list[tuple[int, int, int, _Overlay]] = []
-        for order, overlay in enumerate(overlays):
-            i, j = index.get(overlay.from_message_id), index.get(overlay.to_message_id)
-            if i is not None and j is not None and i <= j:
-                candidates.append((j - i, order, i, overlay))
-        spans: list[_Span] = []
-        for _, _, i, overlay in sorted(candidates, key=lambda c: (c[0], c[1]), reverse=True):
-            j = index[overlay.to_message_id]
-            if all(j < a or i > b for a, b, _ in spans):
-                spans.append((i, j, overlay))
-        spans.sort(key=lambda s: s[0])
-        return spans
-
-    def _view(self, messages: list[UIMessage], spans: list[_Span]) -> list[UIMessage]:
+    def _view(self, messages: list[UIMessage], spans: list[Span]) -> list[UIMessage]:
         out: list[UIMessage] = []
         pos = 0
         for i, j, overlay in spans:
@@ -634,7 +525,7 @@ class Session:
         out.extend(messages[pos:])
         return out
 
-    def _summary_message(self, overlay: _Overlay, role: Literal["user", "assistant"]) -> UIMessage:
+    def _summary_message(self, overlay: Overlay, role: Literal["user", "assistant"]) -> UIMessage:
         key = (overlay.id, role)
         message = self._synthetic.get(key)
         if message is None:
@@ -646,15 +537,3 @@ class Session:
             )
             self._synthetic[key] = message
         return message
-
-    @staticmethod
-    def _bounds(messages: list[UIMessage], spans: list[_Span]) -> dict[str, tuple[int, int]]:
-        """Each id of the model view mapped to the path range it stands for (a summary stands for its overlay's)."""
-        hidden = {k for i, j, _ in spans for k in range(i, j + 1)}
-        bounds = {m.id: (k, k) for k, m in enumerate(messages) if k not in hidden}
-        bounds.update({f"{COMPACTION_PREFIX}{o.id}": (i, j) for i, j, o in spans})
-        return bounds
-
-
-def _hidden(spans: list[_Span]) -> int:
-    return sum(j - i + 1 for i, j, _ in spans)

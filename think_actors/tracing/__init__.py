@@ -1,0 +1,67 @@
+"""OpenTelemetry traces of agents: one trace per request across actors and nodes, in the GenAI conventions.
+
+Off by default and free when off (``switch``): the package depends on ``opentelemetry-api`` alone and imports
+it only once tracing is on; the SDK and the OTLP/HTTP exporter are the ``otel`` extra. Turned on by
+``ta.init(tracing=True | TracingConfig(...))`` (every actor of the cluster follows the driver), by
+``configure(...)`` in a process without Ray, or by the standard ``OTEL_*`` variables (``config``).
+
+The tree of one request (span names and ``gen_ai.operation.name`` as the GenAI semantic conventions say)::
+
+    invoke_agent Lead                  a turn, whatever started it (chat, save_messages, a submission, ...)
+    ├── chat openai/gpt-4o-mini        one model call (a step); usage, finish reasons, cost
+    ├── execute_tool research          one tool call; a child agent's turn nests under it, in its own actor
+    │   └── invoke_agent Researcher
+    │       ├── chat ...
+    │       └── execute_tool search
+    └── chat openai/gpt-4o-mini
+
+``think_actors.drain_submissions`` holds the turns of queued submissions, ``think_actors.recover`` a recovered
+turn (linked to the interrupted turn's span, whose ``traceparent`` the turn record keeps), and the gateway's
+``think_actors.gateway.request`` the turn a socket started. Across processes the span context travels as a plain
+dict of W3C trace-context headers (``carrier()`` in the caller, ``adopt()`` in the callee) with every remote
+call that can start a turn. Records of ``think_actors`` loggers carry ``trace_id`` / ``span_id`` (``log_ids``).
+"""
+
+from __future__ import annotations
+
+from . import names
+from .config import CAPTURE_CONTENT_ENV, TRACING_ENV, TracingConfig, otel_env, resolve
+from .switch import (
+    adopt,
+    carrier,
+    configure,
+    current_config,
+    enabled,
+    end_chat,
+    end_turn,
+    fail_chat,
+    flush,
+    operation,
+    start_chat,
+    start_turn,
+    tool_call,
+    traceparent,
+)
+
+__all__ = [
+    "CAPTURE_CONTENT_ENV",
+    "TRACING_ENV",
+    "TracingConfig",
+    "adopt",
+    "carrier",
+    "configure",
+    "current_config",
+    "enabled",
+    "end_chat",
+    "end_turn",
+    "fail_chat",
+    "flush",
+    "names",
+    "operation",
+    "otel_env",
+    "resolve",
+    "start_chat",
+    "start_turn",
+    "tool_call",
+    "traceparent",
+]

@@ -1,0 +1,43 @@
+"""Span attribute names: OpenTelemetry's GenAI semantic conventions, and ours under ``think_actors.``.
+
+The ``gen_ai.*`` names are the conventions' (semantic-conventions 1.37, "Semantic conventions for generative AI
+systems": agent spans, inference spans, execute_tool spans); ``error.type`` is the general convention. Ours carry
+what the conventions have no name for: the request id a turn is known by everywhere else (logs, events, the
+store), the agent's path under its parents, the Ray node, what started the turn, how it ended and what it cost.
+Content attributes (``gen_ai.input.messages`` ...) are set only when message content capture is on.
+"""
+
+from __future__ import annotations
+
+OPERATION = "gen_ai.operation.name"  # invoke_agent | chat | execute_tool
+PROVIDER = "gen_ai.provider.name"  # the litellm provider prefix of the model id (openai, anthropic, ...)
+AGENT_NAME = "gen_ai.agent.name"  # the agent's class name
+AGENT_ID = "gen_ai.agent.id"  # the agent's path: unique in its namespace
+CONVERSATION_ID = "gen_ai.conversation.id"  # the agent's path: an agent is one conversation
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_TYPE = "gen_ai.tool.type"  # function | agent (a child agent as a tool)
+ERROR_TYPE = "error.type"
+# Opt-in content (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), JSON text.
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+TOOL_RESULT = "gen_ai.tool.call.result"
+
+REQUEST_ID = "think_actors.request_id"
+AGENT_PATH = "think_actors.agent.path"
+NODE_ID = "think_actors.node_id"
+TRIGGER = "think_actors.trigger"  # chat, save_messages, submission, recovery, continuation ...
+STATUS = "think_actors.status"  # completed | aborted | skipped | error (turns); ok | error | blocked (tools)
+COST = "think_actors.cost_usd"
+STEP = "think_actors.step"
+STEPS = "think_actors.steps"
+TOOLS_OFFERED = "think_actors.tools_offered"
+SUBMISSIONS = "think_actors.submissions"
+LINK_REASON = "think_actors.link"  # on a recovery's link to the interrupted turn: "recovers"

@@ -1,0 +1,181 @@
+"""A socket's chat requests and tool answers: stored before the turn is queued, run one at a time per agent under
+the class's ``message_concurrency`` (reference §2.3, plus ``steer``), and tool results or approvals that may ask
+for an auto-continuation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from ..messages import UIMessage
+from . import protocol
+from .protocol import FrameError
+from .relay import Relays
+from .rooms import OWN_KEPT, _Room
+from .wire import _branch_point, _concurrency, _stamp_web, reconcile
+
+__all__ = ["FIRST_FRAME_WAIT_S", "ChatTurns"]
+
+FIRST_FRAME_WAIT_S = 5.0  # how long a chat request holds its socket's next frame for the turn's first frame
+_BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
+
+
+class ChatTurns(Relays):
+    """Chat requests and tool answers of the room's sockets (``Gateway`` builds on this)."""
+
+    async def _tool_answer(
+        self, ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any], call: str, answer: Awaitable[bool]
+    ) -> None:
+        """Apply a tool result or approval. One that no waiting call takes is refused and arms no continuation
+        (the reference takes it silently, and its sockets then wait for a continuation that never comes)."""
+        undo = self._expect_continuation(ws, room, frame)  # before the answer: the continuation may start at once
+        relayed = room.relayed[call] = asyncio.Event()
+        try:
+            if not await answer:
+                undo()
+                raise FrameError(
+                    f"no tool call {call!r} waits for an answer: the id is unknown, or the call was answered "
+                    "already (the first answer wins)"
+                )
+            if room.active is None and room.in_flight == 0:
+                # As the reference, the answer's cf_agent_message_updated goes out before the socket's next frame
+                # is read (a resume request then hears of the continuation after it). The update comes by the
+                # agent's events, which on Ray may trail the call's return. (An answer to a call still streaming
+                # is applied when the turn stores it: nothing to wait for then.)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(relayed.wait(), FIRST_FRAME_WAIT_S)
+        finally:
+            if room.relayed.get(call) is relayed:
+                del room.relayed[call]
+
+    @staticmethod
+    def _expect_continuation(ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any]) -> Callable[[], None]:
+        """A tool answer that asks to auto-continue: its socket follows the continuation through a resume.
+        Returns what takes the expectation back."""
+        if not frame.get("autoContinue"):
+            return lambda: None
+        expecting, owner, awaited, probe = room.expecting, room.owner, ws in room.awaiting, room.awaiting.get(ws)
+        room.expecting = True
+        room.owner = ws
+        room.awaiting[ws] = None
+
+        def undo() -> None:  # only what this answer changed, and only if a continuation did not take it since
+            room.expecting = room.expecting and expecting
+            if room.owner is ws:
+                room.owner = owner
+            if ws in room.awaiting:
+                if awaited:
+                    room.awaiting[ws] = probe
+                else:
+                    del room.awaiting[ws]
+
+        return undo
+
+    async def _new_messages(self, agent: Any, incoming: list[UIMessage]) -> list[UIMessage]:
+        """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
+        return [_stamp_web(m) for m in reconcile(incoming, await agent.get_messages())]
+
+    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, incoming: list[UIMessage]) -> int:
+        """Store the request's messages the server does not have yet, before the turn is queued."""
+        new = await self._new_messages(agent, incoming)
+        if new:
+            await agent.add_messages(new)
+            await self._broadcast_messages(room, agent, skip=ws)
+        return len(new)
+
+    async def _chat_request(
+        self,
+        ws: web.WebSocketResponse,
+        room: _Room,
+        agent: Any,
+        request_id: str,
+        body: dict[str, Any],
+        incoming: list[UIMessage],
+    ) -> None:
+        """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
+        if room.terminal is not None:  # a new turn supersedes the replay of an old error
+            room.terminal = None
+            await agent.remember_chat_terminal(None)
+        if room.active is None:
+            # Told RESUMING for the old error and no ACK yet: its own request streams to it, not a replay. (Told
+            # for a running stream, it stays out until that stream ends, as the reference has it.)
+            room.resuming.discard(ws)
+        strategy, debounce_s = _concurrency(room.agent_class)
+        debounce_s = debounce_s if strategy == "debounce" else 0.0
+        submit = body.get("trigger", "submit-message") != "regenerate-message"
+        overlapping = submit and room.current > 0
+        if overlapping and strategy == "drop":
+            # Rejected before anything is stored: the sender's optimistic message is rolled back.
+            await self._send_messages(ws, agent)
+            await ws.send_str(protocol.skipped_frame(request_id, body))
+            return
+        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, incoming)):
+            await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
+            return
+        # Stored now, before the turn is queued, even while another turn runs (reference §1.1, §2.3).
+        await self._persist(ws, room, agent, incoming)
+        room.sequence += 1
+        sequence = room.sequence
+        if overlapping and strategy in ("latest", "merge", "debounce"):
+            room.newest = sequence
+        room.in_flight += 1
+        room.current += 1
+        room.latest = request_id  # as the reference's pre-stream record: PENDING tells this id
+        # Only a request that overlapped a running turn may be superseded: the first one always runs (reference).
+        supersedable = overlapping and strategy in ("latest", "merge", "debounce")
+        started = asyncio.Event()
+        self._spawn(
+            self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, started)
+        )
+        if not overlapping:
+            # As the reference handles frames one at a time: a turn that can start now has sent its first frame
+            # before the socket's next frame is read (a cancel or a drop then follows it on the wire).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(started.wait(), FIRST_FRAME_WAIT_S)
+
+    async def _run_turn(
+        self,
+        room: _Room,
+        agent: Any,
+        request_id: str,
+        body: dict[str, Any],
+        sequence: int,
+        debounce_s: float,
+        sender: web.WebSocketResponse,
+        started: asyncio.Event,
+    ) -> None:
+        """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
+        generation = room.generation
+        try:
+            if sequence and debounce_s and sequence == room.newest:
+                await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
+            async with room.turns:
+                if generation != room.generation or (sequence and sequence < room.newest):
+                    # Cleared while it waited, or superseded: a newer message will answer, seeing this one too.
+                    await sender.send_str(protocol.skipped_frame(request_id, body))
+                    return
+                custom = {k: v for k, v in body.items() if k not in _BODY_KEYS} or None
+                room.own[request_id] = None  # before the turn starts: its stream:start may come at once
+                while len(room.own) > OWN_KEPT:
+                    del room.own[next(iter(room.own))]
+                client_tools = body.get("clientTools") or None
+                if "clientTools" in body:  # stored, as Think's WS path: continuations offer them, calls wait
+                    await agent.set_client_tools(client_tools or [])
+                branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
+                stream = agent.chat(
+                    [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
+                )
+                origin = protocol.origin_message_ids(body["messages"])
+                await self._pump(room, agent, request_id, stream, continuation=False, origin=origin, started=started)
+        finally:
+            started.set()
+            room.in_flight -= 1
+            if room.in_flight == 0:
+                room.latest = None
+            if generation == room.generation:
+                room.current -= 1
+            self._release(room)

@@ -101,11 +101,15 @@ async def test_a_hibernated_agent_is_woken_by_its_scheduled_prompt(scheduler: An
         record = registry.lookup("think_actors", agent.path)
         if record is None or not record.resident:
             return False
-        return "echo: wake up" in [m.text for m in await agent.get_messages()]
+        # A fresh handle: the old one points at the actor that hibernated, and another caller (the scheduler)
+        # woke the agent since, which that handle does not follow (the registry says resident).
+        woken = await ta.get(Dozy, unique)
+        return "echo: wake up" in [m.text for m in await woken.get_messages()]
 
     await until(woken_and_answered, timeout_s=90, what="the scheduled prompt to wake the agent")
-    assert (await agent.info())["pid"] != first_pid
-    assert [m.text for m in await agent.get_messages()] == [
+    woken = await ta.get(Dozy, unique)
+    assert (await woken.info())["pid"] != first_pid
+    assert [m.text for m in await woken.get_messages()] == [
         "before the nap",
         "echo: before the nap",
         "wake up",

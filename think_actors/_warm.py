@@ -19,7 +19,8 @@ for the raylet and its private worker handle, so any failure is logged once and 
 always starts, warm or cold). On a cluster joined with ``address=``, the cluster's runtime env has no set-up hook:
 a warm worker still saves the process start, and imports the package when the actor arrives. Idle workers left
 by Ray tasks of the same job are counted too (Ray gives those to tasks only), so a node that runs task tools
-may stay short of warm workers for a while; nothing goes wrong, a wake is then cold.
+may stay short of warm workers for a while; nothing goes wrong, a wake is then cold. The count reads Linux's
+``/proc``: elsewhere nothing is kept warm.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import os
 import threading
 from typing import Any
 
-import psutil
 import ray
 
 __all__ = ["SETUP_HOOK", "idle_workers", "top_up", "top_up_in_background"]
@@ -71,22 +71,44 @@ def _job_of(pid: int) -> str | None:
     return None
 
 
-def idle_workers(job_id: str | None = None) -> list[int]:
-    """The pids of this node's idle (or still starting) worker processes started for ``job_id`` (default: ours)."""
-    raylet = _raylet_pid()
-    if raylet is None:
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux's ``/proc``: each thread lists the children it started)."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as f:
+                found += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _command(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [part.decode(errors="replace") for part in f.read().split(b"\0") if part]
+    except OSError:
         return []
+
+
+def idle_workers(job_id: str | None = None) -> list[int] | None:
+    """The pids of this node's idle (or still starting) worker processes started for ``job_id`` (default: ours);
+    None where they cannot be counted (no ``/proc``, or a driver that did not start its node's raylet)."""
+    raylet = _raylet_pid()
+    if raylet is None or not os.path.isdir(f"/proc/{raylet}/task"):
+        return None
     job = job_id or ray.get_runtime_context().get_job_id()
     found = []
-    for child in psutil.Process(raylet).children():
-        try:
-            command = child.cmdline()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
+    for child in _children(raylet):
+        command = _command(child)
         # A worker titles itself ray::IDLE once registered; before that its command line is the worker script's.
         waiting = command[:1] == [_IDLE_TITLE] or any(part.endswith("default_worker.py") for part in command)
-        if waiting and _job_of(child.pid) == job:
-            found.append(child.pid)
+        if waiting and _job_of(child) == job:
+            found.append(child)
     return found
 
 
@@ -125,7 +147,10 @@ def top_up(count: int) -> int:
         return 0
     with _lock:  # two agents of one process never race; agents in two processes may ask for one worker too many
         try:
-            missing = count - len(idle_workers())
+            idle = idle_workers()
+            if idle is None:  # never ask without counting: each start would add a worker
+                return 0
+            missing = count - len(idle)
             if missing > 0:
                 _prestart(missing)
             return max(missing, 0)

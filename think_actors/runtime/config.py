@@ -13,6 +13,7 @@ from typing import Any
 
 import ray
 
+from .._warm import SETUP_HOOK, top_up
 from ..errors import (
     ConfigurationError,
 )
@@ -36,6 +37,7 @@ class RuntimeConfig:
     log_level: int = logging.WARNING
     idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
     fast_model_path: bool = True
+    warm_workers: int = 1  # idle worker processes each node keeps ready for the next agent to start (_warm)
 
 
 _config: RuntimeConfig | None = None
@@ -53,6 +55,7 @@ def init(
     idle_timeout_s: float | None = None,
     quiet: bool = True,
     fast_model_path: bool | None = None,
+    warm_workers: int = 1,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -74,6 +77,8 @@ def init(
     recovery counts an attempt, spends no budget: only a finite count ends that loop.
     ``fast_model_path`` lets the model-server pool stream OpenAI-wire providers through ``OpenAIWireClient``
     (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
+    ``warm_workers``: how many idle worker processes, with the package already imported, each node keeps ready
+    for the next agent to start or wake (≈52 MiB each; 0 turns it off): a wake then skips starting a process.
     Calling it again returns the same config.
     """
     global _config
@@ -100,10 +105,13 @@ def init(
                     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                     "THINK_ACTORS_DATA_DIR": resolved_dir,
                     **({STORE_ENV: store_url} if store_url else {}),
-                }
+                },
+                # Every worker imports the runtime before its first task, a warm one before any agent needs it.
+                "worker_process_setup_hook": SETUP_HOOK,
             }
         kwargs.update(ray_kwargs)
         ray.init(**kwargs)
+        top_up(warm_workers)  # the first agent to start finds a warm process; each agent's start tops it up again
     _config = RuntimeConfig(
         namespace=namespace,
         data_dir=resolved_dir,
@@ -114,6 +122,7 @@ def init(
         idle_timeout_s=idle_timeout_s,
         # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
         fast_model_path=_fast_path_setting(fast_model_path),
+        warm_workers=warm_workers,
     )
     return _config
 

@@ -19,6 +19,7 @@ import ray
 
 from .. import registry
 from .._turn import chain
+from .._warm import top_up_in_background
 from ..agent import Think
 from ..batching import _batches
 from ..errors import (
@@ -168,6 +169,8 @@ class AgentHost:
             log.exception("agent %r: its class's schedules could not be registered", self.path)
         if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
             self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
+        # This agent may have taken the node's warm worker: start its successor, now that the start is over.
+        top_up_in_background(self.config.warm_workers)
 
     async def _started(self) -> None:
         """Wait for the actor's own start of the agent, so no call overtakes the recovery that start schedules."""

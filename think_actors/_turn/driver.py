@@ -20,7 +20,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-from .. import logs
+from .. import logs, tracing
 from ..messages import UIMessage, new_id
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
@@ -50,6 +50,14 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
     started = time.monotonic()
     admitted = False
     log_context = logs.bind(engine.path, spec.request_id)  # every record logged during the turn names it
+    span = tracing.start_turn(
+        agent=type(engine.agent).__name__,
+        agent_path=engine.path,
+        request_id=spec.request_id,
+        trigger=spec.trigger,
+        model=engine.agent.model,
+        links=recovered_trace(spec.recover),
+    )
     try:
         try:
             async with engine.queue.slot(engine, spec.request_id):
@@ -101,7 +109,16 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                     **spec.stats.payload(started),
                 },
             )
+        tracing.end_turn(
+            span, status=outcome.status, error=outcome.error, classification=outcome.classification, stats=spec.stats
+        )
         logs.restore(log_context)
+
+
+def recovered_trace(record: Any) -> tuple[str, ...]:
+    """The interrupted turn's ``traceparent`` (its record keeps it), for a recovery's span to link to."""
+    value = record.data.get("traceparent") if record is not None else None
+    return (value,) if isinstance(value, str) else ()
 
 
 async def _compact_between_turns(engine: Engine, request_id: str) -> None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .. import tracing
 from ..chunks import parse_chunk
 from ..messages import UIMessage
 from ..store import Store
@@ -153,6 +154,9 @@ class TurnJournal:
     ) -> TurnJournal:
         """The journal of a turn that starts now; nothing is written before ``begin``."""
         now = time.time()
+        traceparent = tracing.traceparent()
+        if traceparent is not None:  # a recovery after a crash links its span to this turn's
+            data = {**data, "traceparent": traceparent}
         record = TurnRecord(
             request_id=request_id,
             trigger=trigger,

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
+from .. import tracing
 from ..chunks import (
     FileChunk,
     FinishChunk,
@@ -198,6 +199,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         response = ResponseMetadata()
         sources: list[SourceUrlPart] = []
         files: list[FilePart] = []
+        chat_span = tracing.start_chat(model=model_id, step=step_number, messages=request.messages, tools=len(offered))
         model_stream = client.stream(request)
         stream = (model_stream if run.transform is None else run.transform(model_stream)).__aiter__()
         next_event = stream.__anext__
@@ -273,6 +275,9 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                 elif isinstance(event, FileEvent):
                     files.append(FilePart(url=event.url, media_type=event.media_type))
                     yield FileChunk(url=event.url, media_type=event.media_type)
+        except BaseException as err:
+            tracing.fail_chat(chat_span, err)
+            raise
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None:
@@ -282,6 +287,17 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                 close = getattr(model_stream, "aclose", None)
                 if close is not None:
                     await close()
+        if chat_span is not None:
+            tracing.end_chat(
+                chat_span,
+                finish_reason=finish_reason,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                response_model=response.model,
+                response_id=response.id,
+                cost_usd=finish.cost_usd if finish is not None else None,
+                output={"text": "".join(texts), "tool_calls": [[c[1], "".join(c[2])] for c in raw_calls.values()]},
+            )
         if not started:  # a stream that ended without an event still had a step
             yield StartStepChunk()
         if reasoning_id is not None:

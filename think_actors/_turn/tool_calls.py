@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .. import tracing
 from ..chunks import (
     ToolInputAvailableChunk,
     ToolInputErrorChunk,
@@ -135,7 +136,10 @@ async def _execute(run: TurnRun, call: ParsedCall, emit: Any, emitted: list[Any]
     """
     token = Engine.enter_tool_sink(run.engine, emit)
     try:
-        return await _execute_call(run, call, emit, emitted)
+        with tracing.tool_call(tool_name=call.tool_name, tool_call_id=call.tool_call_id, arguments=call.input) as span:
+            result = await _execute_call(run, call, emit, emitted)
+            span.result(error=result.error, output=result.output)
+            return result
     finally:
         Engine.leave_tool_sink(token)
 

@@ -199,8 +199,7 @@ class ToolSpan:
         self.span = span
 
     def result(self, *, error: str | None, output: Any = None, outcome: str | None = None) -> None:
-        if outcome:
-            self.span.set_attribute(names.STATUS, outcome)
+        self.span.set_attribute(names.STATUS, outcome or ("error" if error is not None else "ok"))
         if error is not None:
             self.span.set_attribute(names.ERROR_TYPE, "tool_error")
             self.span.set_status(Status(StatusCode.ERROR, error))

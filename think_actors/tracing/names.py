@@ -22,7 +22,7 @@ INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
-TOOL_TYPE = "gen_ai.tool.type"  # function | agent (a child agent as a tool)
+TOOL_TYPE = "gen_ai.tool.type"  # "function": every tool, a child agent too, is a function to the model
 ERROR_TYPE = "error.type"
 # Opt-in content (OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT), JSON text.
 INPUT_MESSAGES = "gen_ai.input.messages"

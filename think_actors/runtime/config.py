@@ -19,6 +19,8 @@ from ..errors import (
 )
 from ..models.fast_path import fast_path_enabled
 from ..store import STORE_ENV, check_store_url
+from ..tracing import TracingConfig, otel_env
+from ..tracing import configure as configure_tracing
 
 log = logging.getLogger("think_actors")
 
@@ -38,6 +40,7 @@ class RuntimeConfig:
     idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
     fast_model_path: bool = True
     warm_workers: int = 1  # idle worker processes each node keeps ready for the next agent to start (_warm)
+    tracing: TracingConfig | None = None  # None: no spans (think_actors.tracing)
 
 
 _config: RuntimeConfig | None = None
@@ -56,6 +59,7 @@ def init(
     quiet: bool = True,
     fast_model_path: bool | None = None,
     warm_workers: int = 1,
+    tracing: bool | TracingConfig | None = None,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -79,6 +83,9 @@ def init(
     (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
     ``warm_workers``: how many idle worker processes, with the package already imported, each node keeps ready
     for the next agent to start or wake (≈52 MiB each; 0 turns it off): a wake then skips starting a process.
+    ``tracing``: OpenTelemetry spans of every agent (True, a ``ta.TracingConfig``, or False; default: as the
+    driver's ``OTEL_*`` environment says), exported by every actor (the ``otel`` extra, see
+    ``think_actors.tracing``).
     Calling it again returns the same config.
     """
     global _config
@@ -105,13 +112,14 @@ def init(
                     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                     "THINK_ACTORS_DATA_DIR": resolved_dir,
                     **({STORE_ENV: store_url} if store_url else {}),
+                    **otel_env(),  # the exporter's own knobs (OTEL_BSP_*, OTEL_RESOURCE_ATTRIBUTES, ...)
                 },
                 # Every worker imports the runtime before its first task, a warm one before any agent needs it.
                 "worker_process_setup_hook": SETUP_HOOK,
             }
         kwargs.update(ray_kwargs)
         ray.init(**kwargs)
-        top_up(warm_workers)  # the first agent to start finds a warm process; each agent's start tops it up again
+    top_up(warm_workers)  # the first agent to start finds a warm process; each agent's start tops it up again
     _config = RuntimeConfig(
         namespace=namespace,
         data_dir=resolved_dir,
@@ -123,6 +131,7 @@ def init(
         # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
         fast_model_path=_fast_path_setting(fast_model_path),
         warm_workers=warm_workers,
+        tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
     )
     return _config
 

@@ -67,17 +67,22 @@ async def fires(url: str, path: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows] + [{"submission": r[0], "status": r[1]} for r in turns]
 
 
-async def status_of(name: str) -> dict[str, Any]:
+async def status_of(name: str, off_node: str | None = None) -> dict[str, Any]:
+    """The scheduler actor's status; with ``off_node``, once it answers from another node (its old process may
+    still answer for a moment after its raylet was killed)."""
     deadline = time.monotonic() + 60
     while True:
         try:
             actor = ray.get_actor(name, namespace="think_actors")
             facts: dict[str, Any] = await asyncio.wait_for(actor.status.remote(), 10)
-            return facts
+            if off_node is None or facts["node_id"] != off_node:
+                return facts
         except Exception:
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.3)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the scheduler still answers from {off_node} after 60 s")
+        await asyncio.sleep(0.3)
 
 
 async def delivered(url: str, path: str) -> int:
@@ -105,11 +110,13 @@ async def scenario(cluster: Cluster, worker: Any, store_url: str) -> dict[str, A
     await agent.schedule(f"every {PERIOD_S} seconds", "tick", task_id="tick")
     progress("waiting for three occurrences")
     await until_delivered(store_url, agent.path, 3, 60)
+    racing = [await main.status.remote(), await rival.status.remote()]  # both were polling the same rows
     progress("removing w1, the scheduler's node")
     removed_at = time.time()
     await asyncio.to_thread(cluster.remove_node, worker, allow_graceful=False)
     ray.kill(rival, no_restart=True)  # from here only the restarted scheduler can fire
-    after = await status_of("think_actors.scheduler")
+    after = await status_of("think_actors.scheduler", off_node=worker_id)
+    restarted_s = time.time() - removed_at
     count = await delivered(store_url, agent.path)
     progress(f"{count} delivered at the loss; waiting for two more")
     await until_delivered(store_url, agent.path, count + 2, 60)
@@ -125,7 +132,8 @@ async def scenario(cluster: Cluster, worker: Any, store_url: str) -> dict[str, A
         "fires": [r for r in rows if "key" in r],
         "submissions": [r for r in rows if "submission" in r],
         "history": history,
-        "removed_at": removed_at,
+        "restarted_s": round(restarted_s, 2),
+        "racing": [{"running": r["running"], "owner": r["owner"], "delivered": r["delivered"]} for r in racing],
     }
 
 

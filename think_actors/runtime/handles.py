@@ -15,7 +15,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
-from .. import registry
+from .. import registry, tracing
 from .._turn import chain
 from ..agent import Think
 from ..errors import (
@@ -151,9 +151,10 @@ class AgentHandle:
             "branch_from": branch_from,
         }
         caller_chain = chain.CHAIN.get()
+        trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
 
         def start() -> Any:
-            return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain)
+            return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain, trace)
 
         return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
 
@@ -161,9 +162,10 @@ class AgentHandle:
         """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest;
         with ``position`` (what ``RemoteStream.position`` counted) only what the caller does not hold yet."""
         caller_chain = chain.CHAIN.get()
+        trace = tracing.carrier()
 
         def start() -> Any:
-            return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain)
+            return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain, trace)
 
         resumable = position is not None  # only a stream that knows its position can say how to resume it
         return RemoteStream(
@@ -172,18 +174,21 @@ class AgentHandle:
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
         caller_chain = chain.CHAIN.get()
+        trace = tracing.carrier()
 
         def start() -> Any:
-            return self._actor.run_as_tool.options(num_returns="streaming").remote(run_id, input, output, caller_chain)
+            return self._actor.run_as_tool.options(num_returns="streaming").remote(
+                run_id, input, output, caller_chain, trace
+            )
 
         return RemoteStream(self._started(start), run_id, handle=self, restart=start)
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
-        result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get())
+        result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get(), tracing.carrier())
         return result
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
-        result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get())
+        result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get(), tracing.carrier())
         return result
 
     async def add_messages(self, messages: Any, **options: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from .. import registry
+from .. import registry, tracing
 from .._turn import chain
 from .._warm import top_up_in_background
 from ..agent import Think
@@ -44,6 +44,8 @@ def _process_setup(config: RuntimeConfig) -> None:
     _set_current(config)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     configure_logging(config.log_level)  # the level, and LOG_FORMAT (agent path, request id) unless configured
+    # The driver's decision (ta.init(tracing=...) or its OTEL_* environment), never this worker's own.
+    tracing.configure(config.tracing or False, node_id=ray.get_runtime_context().get_node_id())
     set_model_resolver(PoolResolver(config))
 
 
@@ -209,10 +211,12 @@ class AgentHost:
         log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
-    def _enter(self, caller_chain: tuple[str, ...]) -> None:
-        """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees."""
+    def _enter(self, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None) -> None:
+        """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees, and
+        make the caller's span (``trace``, its W3C trace context) the parent of what this call runs."""
         _check_cycle(self.path, caller_chain)
         chain.CHAIN.set((*caller_chain, self.path))
+        tracing.adopt(trace)
 
     @_counted
     async def ready(self) -> dict[str, Any]:
@@ -225,8 +229,10 @@ class AgentHost:
         }
 
     @_counted
-    async def chat(self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...]) -> AsyncIterator[bytes]:
-        self._enter(caller_chain)
+    async def chat(
+        self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
+    ) -> AsyncIterator[bytes]:
+        self._enter(caller_chain, trace)
         await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
         durable = self.agent._engine.durable
@@ -236,17 +242,17 @@ class AgentHost:
 
     @_counted
     async def run_as_tool(
-        self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...]
+        self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
     ) -> AsyncIterator[bytes]:
-        self._enter(caller_chain)
+        self._enter(caller_chain, trace)
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
     @_counted
     async def attach(
-        self, request_id: str, position: int | None, caller_chain: tuple[str, ...]
+        self, request_id: str, position: int | None, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
     ) -> AsyncIterator[bytes]:
-        self._enter(caller_chain)
+        self._enter(caller_chain, trace)
         durable = self.agent._engine.durable
         async for batch in _batches(self.agent.attach(request_id, position=position), self.config):
             await durable()
@@ -254,14 +260,20 @@ class AgentHost:
 
     @_counted
     async def save_messages(
-        self, messages: Any, body: dict[str, Any] | None, caller_chain: tuple[str, ...]
+        self,
+        messages: Any,
+        body: dict[str, Any] | None,
+        caller_chain: tuple[str, ...],
+        trace: dict[str, str] | None = None,
     ) -> TurnResult:
-        self._enter(caller_chain)
+        self._enter(caller_chain, trace)
         return await self.agent.save_messages(messages, body=body)
 
     @_counted
-    async def continue_last_turn(self, body: dict[str, Any] | None, caller_chain: tuple[str, ...]) -> TurnResult:
-        self._enter(caller_chain)
+    async def continue_last_turn(
+        self, body: dict[str, Any] | None, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
+    ) -> TurnResult:
+        self._enter(caller_chain, trace)
         return await self.agent.continue_last_turn(body=body)
 
     @_counted

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from .config import TracingConfig
 
-__all__ = ["flush", "install"]
+__all__ = ["flush", "install", "uninstall"]
 
 _installed: tuple[TracingConfig, SpanProcessor] | None = None
 
@@ -52,3 +52,11 @@ def flush(timeout_s: float) -> bool:
     if isinstance(provider, TracerProvider):
         return provider.force_flush(int(timeout_s * 1000))
     return True
+
+
+def uninstall() -> None:
+    """Stop exporting: the processor exports what it holds, then drops what later spans reach it."""
+    global _installed
+    if _installed is not None:
+        _installed[1].shutdown()
+        _installed = None

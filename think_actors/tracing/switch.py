@@ -42,6 +42,7 @@ log = logging.getLogger("think_actors.tracing")
 _impl: ModuleType | None = None  # the spans module, once tracing is on
 _decided = False
 _config: TracingConfig | None = None
+_exporting = False  # an exporter of ours is installed in this process
 
 
 def configure(setting: bool | TracingConfig | None = None, *, node_id: str | None = None) -> TracingConfig | None:
@@ -51,10 +52,15 @@ def configure(setting: bool | TracingConfig | None = None, *, node_id: str | Non
     and installs a tracer provider that exports through it; ``provider`` uses the one your process set.
     ``node_id`` names the Ray node on every span (the runtime passes it in actors).
     """
-    global _impl, _decided, _config
+    global _impl, _decided, _config, _exporting
     config = resolve(setting)
     _decided = True
     _config = config
+    if _exporting and (config is None or config.exporter == "provider"):
+        from . import exporters
+
+        exporters.uninstall()  # what it holds is exported first
+        _exporting = False
     if config is None:
         _impl = None
         return None
@@ -68,6 +74,7 @@ def configure(setting: bool | TracingConfig | None = None, *, node_id: str | Non
                 f" tracer provider); missing: {err.name}"
             ) from err
         exporters.install(config)
+        _exporting = True
     from . import log_ids, spans
 
     spans.set_process(capture_content=bool(config.capture_message_content), node_id=node_id)

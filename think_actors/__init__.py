@@ -100,6 +100,7 @@ from .session import Session
 from .store import MemoryStore, SQLiteStore, Store, open_store
 from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, tool
+from .tracing import TracingConfig
 
 if _TYPE_CHECKING:
     from .store.postgres import PostgresStore
@@ -217,6 +218,7 @@ __all__ = [
     "ToolReconcileContext",
     "ToolRepairContext",
     "ToolResult",
+    "TracingConfig",
     "TurnConfig",
     "TurnContext",
     "TurnError",

@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+from .. import tracing
 from ..chunks import ErrorChunk, MessageAccumulator
 from ..errors import TurnError
 from ..hooks import (
@@ -125,9 +126,13 @@ class Recovery:
             on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
         )
         try:
-            async for chunk in turn_stream(engine, spec):
-                live.chunks.append(chunk)
-                live.changed.set()
+            with tracing.operation(
+                f"recover {type(engine.agent).__name__}",
+                {tracing.names.AGENT_PATH: engine.path, tracing.names.REQUEST_ID: record.request_id},
+            ):
+                async for chunk in turn_stream(engine, spec):
+                    live.chunks.append(chunk)
+                    live.changed.set()
         except Exception:
             log.exception("recovery of turn %s failed", record.request_id)
         finally:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .. import tracing
 from ..errors import ConfigurationError
 from ..messages import new_id
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
@@ -236,6 +237,13 @@ class Submissions:
             await asyncio.shield(self._drain)
 
     async def _run_drain(self) -> None:
+        engine = self.engine
+        with tracing.operation(
+            f"drain_submissions {type(engine.agent).__name__}", {tracing.names.AGENT_PATH: engine.path}
+        ):
+            await self._drain_pending()
+
+    async def _drain_pending(self) -> None:
         store = self.engine.store
         while True:
             self._again = False

@@ -15,8 +15,8 @@ The tree of one request (span names and ``gen_ai.operation.name`` as the GenAI s
     │       └── execute_tool search
     └── chat openai/gpt-4o-mini
 
-``think_actors.drain_submissions`` holds the turns of queued submissions, ``think_actors.recover`` a recovered
-turn (linked to the interrupted turn's span, whose ``traceparent`` the turn record keeps), and the gateway's
+``drain_submissions <Agent>`` holds the turns of queued submissions, ``recover <Agent>`` a recovered turn
+(whose span links to the interrupted turn's: the turn record keeps its ``traceparent``), and the gateway's
 ``think_actors.gateway.request`` the turn a socket started. Across processes the span context travels as a plain
 dict of W3C trace-context headers (``carrier()`` in the caller, ``adopt()`` in the callee) with every remote
 call that can start a turn. Records of ``think_actors`` loggers carry ``trace_id`` / ``span_id`` (``log_ids``).

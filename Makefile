@@ -57,9 +57,10 @@ serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="
 test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)
 
-lint: $(STAMP) ## ruff format check and lint
+lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the layers of docs/architecture.md)
 	$(PY) -m ruff format --check think_actors tests agents scripts
 	$(PY) -m ruff check think_actors tests agents scripts
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy

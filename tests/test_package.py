@@ -1,20 +1,28 @@
-"""Package hygiene: module size, the public ``__all__``, picklable errors, ``py.typed``."""
+"""Package hygiene: module size, one direction of imports, the public ``__all__``, picklable errors, ``py.typed``."""
 
 from __future__ import annotations
 
 import ast
 import inspect
+import json
 import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
+import grimp
 import pytest
 
 import think_actors
 from think_actors import errors
 
 PACKAGE_DIR = Path(think_actors.__file__).parent
-MAX_MODULE_LINES = 1_000
+MAX_MODULE_LINES = 600
+REPO = PACKAGE_DIR.parent
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def test_no_module_exceeds_the_line_limit() -> None:
@@ -26,6 +34,108 @@ def test_no_module_exceeds_the_line_limit() -> None:
         if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert too_long == {}, f"split these modules along a concept (limit {MAX_MODULE_LINES} lines): {too_long}"
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run import-linter on the package under ``cwd`` with the contracts of the ``pyproject.toml`` there."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_import_contracts_are_kept() -> None:
+    result = _lint_imports(REPO)
+    assert result.returncode == 0, (
+        f"an import breaks a contract (docs/architecture.md):\n{result.stdout}{result.stderr}"
+    )
+    assert "0 broken" in result.stdout
+
+
+def test_import_contracts_catch_a_back_edge(tmp_path: Path) -> None:
+    shutil.copytree(PACKAGE_DIR, tmp_path / "think_actors", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    with (tmp_path / "think_actors" / "messages.py").open("a", encoding="utf-8") as module:
+        module.write("\nfrom think_actors import runtime as _back_edge  # the lowest layer importing the runtime\n")
+
+    result = _lint_imports(tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "think_actors.messages is not allowed to import think_actors.runtime" in result.stdout
+
+
+def import_circles(graph: grimp.ImportGraph) -> list[list[str]]:
+    """Every set of modules that import one another in a circle (Tarjan's strongly connected components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    circles: list[list[str]] = []
+    for root in sorted(graph.modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root))))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            module, imported = work[-1]
+            for other in imported:
+                if other not in index:
+                    index[other] = low[other] = len(index)
+                    stack.append(other)
+                    on_stack.add(other)
+                    work.append((other, iter(sorted(graph.find_modules_directly_imported_by(other)))))
+                    break
+                if other in on_stack:
+                    low[module] = min(low[module], index[other])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[module])
+                if low[module] == index[module]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == module:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+    return sorted(circles)
+
+
+def test_the_package_has_no_import_circle() -> None:
+    # grimp reads every import statement, inside functions and under TYPE_CHECKING too: no circle can hide there.
+    circles = import_circles(grimp.build_graph("think_actors", cache_dir=None))
+    assert circles == [], f"import circles (layers: docs/architecture.md): {circles}"
+
+
+def test_import_circles_finds_a_circle_made_by_a_deferred_import(tmp_path: Path) -> None:
+    package = tmp_path / "circlepkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from . import c\n")
+    (package / "b.py").write_text("def later() -> None:\n    from . import a  # deferred: still an edge\n")
+    (package / "c.py").write_text("import circlepkg.b\n")
+    (package / "d.py").write_text("from . import a\n")
+    script = textwrap.dedent(
+        """
+        import json, sys, grimp
+        graph = grimp.build_graph("circlepkg", cache_dir=None)
+        print(json.dumps(sorted([m, sorted(graph.find_modules_directly_imported_by(m))] for m in graph.modules)))
+        """
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True
+    )
+    graph = grimp.ImportGraph()
+    for module, imported in json.loads(listed.stdout):
+        graph.add_module(module)
+        for other in imported:
+            graph.add_import(importer=module, imported=other)
+
+    assert import_circles(graph) == [["circlepkg.a", "circlepkg.b", "circlepkg.c"]]
 
 
 def _names_bound_in_init() -> set[str]:

@@ -1,4 +1,5 @@
-"""The multi-agent demo: a lead fans out to researchers in parallel on Ray; researchers use a tool actor.
+"""The multi-agent demo: a lead fans out to researchers in parallel on Ray; researchers search a library that an
+MCP server serves (agents/library.py, one stdio process per node behind a shared connection actor).
 
 python -m agents.demo                       # local Ray, scripted model
 python -m agents.demo --model openai/gpt-4o-mini "Compare Ray actors and asyncio"
@@ -30,6 +31,7 @@ class Renderer:
         self.agents: set[str] = set()
         self.turns = 0
         self.tool_calls = 0
+        self.searches = 0
         self.tokens = 0
 
     def _tag(self, agent: str) -> str:
@@ -76,6 +78,7 @@ class Renderer:
             self._text(agent, chunk.delta)
         elif kind == "tool-input-available":
             self.tool_calls += 1
+            self.searches += chunk.tool_name == "library_search"
             self._line(agent, f"⚙ {chunk.tool_name}({_short(chunk.input)})")
         elif kind == "tool-output-available" and not chunk.preliminary:
             self._line(agent, f"✓ result {_short(chunk.output)}")
@@ -106,14 +109,10 @@ async def run(args: argparse.Namespace) -> int:
 
     import think_actors as ta
 
-    from .library import LibraryService
-    from .team import LIBRARY_ACTOR, Lead
+    from .team import Lead
 
     started = time.perf_counter()
     config = ta.init(args.address, data_dir=args.data_dir, quiet=not args.verbose)
-    library = LibraryService.options(
-        name=LIBRARY_ACTOR, namespace=config.namespace, get_if_exists=True, lifetime="detached"
-    ).remote()
     lead = await ta.spawn(Lead, args.name)
     ready_s = time.perf_counter() - started
     model = args.model or "scripted team model"
@@ -128,7 +127,6 @@ async def run(args: argparse.Namespace) -> int:
         renderer.show(lead.path, chunk)
     renderer.finish()
     wall = time.perf_counter() - turn_started
-    stats = await library.stats.remote()
     actors = (
         [a for a in ray.util.list_named_actors(all_namespaces=True) if a.get("namespace") == config.namespace]
         if hasattr(ray.util, "list_named_actors")
@@ -142,13 +140,16 @@ async def run(args: argparse.Namespace) -> int:
     print("\n── summary " + "─" * 50)
     print(f"  status       {status}")
     print(f"  agents       {len(renderer.agents)} ({lead.path} + {len(children)} researchers)")
-    print(f"  actors       {len(actors)} named in namespace {config.namespace!r} (agents, the library, model servers)")
+    print(
+        f"  actors       {len(actors)} named in namespace {config.namespace!r} "
+        "(agents, the library's MCP connection, model servers)"
+    )
     print(
         f"  nodes        {len(set(nodes.values()))} used: "
         + ", ".join(f"{'lead' if p == lead.path else p.rsplit('/', 1)[-1]}@{n}" for p, n in nodes.items())
     )
     print(f"  turns        {renderer.turns}")
-    print(f"  tool calls   {renderer.tool_calls} (library searches served: {stats['searches']})")
+    print(f"  tool calls   {renderer.tool_calls} ({renderer.searches} library searches, by its MCP server)")
     print(f"  tokens       {renderer.tokens}" + (" (estimated by the scripted model)" if not args.model else ""))
     print(f"  wall time    {wall:.2f}s for the turn, {time.perf_counter() - started:.1f}s in all")
     if args.address is None:

@@ -1,10 +1,18 @@
-"""A tool actor: a small searchable library served by one Ray actor that every researcher shares."""
+"""The team's library: a small searchable corpus served as an MCP server (the official ``mcp`` SDK), over stdio.
+
+``python agents/library.py`` speaks MCP on stdin/stdout; the researchers declare it with ``ta.mcp.stdio(...,
+shared=True)``, so one server process per node serves every researcher there, through the node's shared connection
+actor (the team's tool actor). Its one tool, ``search``, reaches the model as ``library_search``. Standalone on
+purpose: it imports only the SDK, and runs from any working directory.
+"""
 
 from __future__ import annotations
 
 import re
 
-import ray
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel
 
 DOCUMENTS = [
     (
@@ -39,33 +47,44 @@ DOCUMENTS = [
         "Think's lifecycle hooks run around every model call: before_turn, before_step, on_chunk, "
         "before_tool_call, after_tool_call, on_step_finish and on_chat_response.",
     ),
+    (
+        "mcp",
+        "The Model Context Protocol lets an agent use the tools of any MCP server, over stdio or streamable "
+        "HTTP; this library is one.",
+    ),
 ]
 
 
-@ray.remote(num_cpus=0)
-class LibraryService:
-    """Searches a fixed corpus; one actor serves all researchers."""
+class Passage(BaseModel):
+    id: str
+    passage: str
 
-    def __init__(self) -> None:
-        self.searches = 0
 
-    def search(self, query: str, limit: int = 3) -> list[dict[str, str]]:
-        """Search the library for passages about a topic.
+class Found(BaseModel):
+    passages: list[Passage]
 
-        Args:
-            query: Words to look for.
-            limit: How many passages to return at most.
-        """
-        self.searches += 1
-        words = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 2}
-        scored = []
-        for doc_id, passage in DOCUMENTS:
-            text = (doc_id + " " + passage).lower()
-            score = sum(text.count(w) for w in words)
-            if score:
-                scored.append((score, doc_id, passage))
-        scored.sort(reverse=True)
-        return [{"id": doc_id, "passage": passage} for _, doc_id, passage in scored[:limit]]
 
-    def stats(self) -> dict[str, int]:
-        return {"searches": self.searches}
+server = MCPServer("library", instructions="A small library about serving many agents. Search it by topic.")
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def search(query: str, limit: int = 3) -> Found:
+    """Search the library for passages about a topic.
+
+    Args:
+        query: Words to look for.
+        limit: How many passages to return at most.
+    """
+    words = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) > 2}
+    scored = []
+    for doc_id, passage in DOCUMENTS:
+        text = (doc_id + " " + passage).lower()
+        score = sum(text.count(w) for w in words)
+        if score:
+            scored.append((score, doc_id, passage))
+    scored.sort(reverse=True)
+    return Found(passages=[Passage(id=doc_id, passage=passage) for _, doc_id, passage in scored[: max(limit, 0)]])
+
+
+if __name__ == "__main__":
+    server.run("stdio")

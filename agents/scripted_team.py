@@ -3,7 +3,8 @@
 It is not an LLM. It reads the request the way the agents' prompts ask a real model to act, so the whole
 actor system (fan-out, tool actors, hooks, streaming) runs for real without a provider key: the lead splits
 the question and calls one researcher per part in parallel, then writes the answer from their reports; a
-researcher searches the library, then reports what it found. ``--model`` replaces it with a real model.
+researcher searches the library (``library_search``, the library MCP server's ``search``), then reports what it
+found. ``--model`` replaces it with a real model.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def _sub_questions(question: str) -> list[str]:
     if len(parts) == 1:
         parts = [parts[0], f"how {parts[0]} scales"]
     return [f"What matters about {p}?" for p in parts[:4]]
+
+
+def _passages(content: Any) -> list[dict[str, str]]:
+    """The passages of a ``library_search`` result: the MCP tool's structured content ``{"passages": [...]}``."""
+    with contextlib.suppress(ValueError, TypeError):
+        output = json.loads(content) if isinstance(content, str) else content
+        structured = output.get("structuredContent") if isinstance(output, dict) else None
+        if isinstance(structured, dict) and isinstance(structured.get("passages"), list):
+            return [p for p in structured["passages"] if isinstance(p, dict)]
+    return []
 
 
 class ScriptedTeamModel:
@@ -80,9 +91,11 @@ class ScriptedTeamModel:
         if not results:
             query = re.sub(r"^What matters about\s+", "", str(question)).rstrip("?")
             return [
-                ToolCallDelta(0, f"call_{uuid.uuid4().hex[:12]}", "search", json.dumps({"query": query, "limit": 2}))
+                ToolCallDelta(
+                    0, f"call_{uuid.uuid4().hex[:12]}", "library_search", json.dumps({"query": query, "limit": 2})
+                )
             ]
-        found = json.loads(results[-1]["content"]) if results[-1].get("content", "").startswith("[") else []
+        found = _passages(results[-1].get("content"))
         if not found:
             return [TextDelta(p) for p in _words("The library has nothing on this; no claim made.")]
         summary = " ".join(f"{d['passage']} [{d['id']}]" for d in found[:2])

@@ -1,4 +1,5 @@
-"""The research team: a lead that fans out to researchers (agent tools); researchers use a tool actor.
+"""The research team: a lead that fans out to researchers (agent tools); researchers search a library served by an
+MCP server (agents/library.py, over stdio; one process per node, shared by every researcher there).
 
 Short enough to copy. Every agent here runs as its own Ray actor when spawned with ``ta.spawn``.
 """
@@ -6,17 +7,20 @@ Short enough to copy. Every agent here runs as its own Ray actor when spawned wi
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import think_actors as ta
 from think_actors.chunks import DataChunk
 
-from .library import LibraryService
 from .scripted_team import ScriptedTeamModel
 
 # ``--model`` sets this before Ray starts, so every agent actor on every node sees the same choice.
 REAL_MODEL = os.environ.get("THINK_ACTORS_DEMO_MODEL") or None
-LIBRARY_ACTOR = "library"
+# The library's MCP server: its tool ``search`` is ``library_search`` to the model. ``shared``: on Ray, one
+# connection (one server process) per node, in a named actor every researcher of the node calls.
+LIBRARY = ta.mcp.stdio(sys.executable, str(Path(__file__).with_name("library.py")), name="library", shared=True)
 
 
 class Traced(ta.Think):
@@ -48,7 +52,7 @@ class Researcher(Traced):
         "You research one question. Search the library first, then answer in two sentences, "
         "citing passage ids in brackets."
     )
-    tools = [ta.actor_tool(LIBRARY_ACTOR, "search", actor_class=LibraryService)]
+    mcp_servers = (LIBRARY,)
 
 
 class Lead(Traced):

@@ -1,4 +1,7 @@
-"""think_actors: LLM chat agents as Ray actors, with Cloudflare Think's turn and hook semantics."""
+"""think_actors: LLM chat agents as Ray actors, with Cloudflare Think's turn and hook semantics.
+
+The package's layers, and what may import what, are drawn in ``docs/architecture.md``.
+"""
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 

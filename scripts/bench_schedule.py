@@ -62,7 +62,7 @@ def summary(lateness: list[float], expected: int) -> dict[str, Any]:
 async def bench_scheduler(tasks: int, window_s: float, store_url: str | None) -> dict[str, Any]:
     data_dir = tempfile.mkdtemp(prefix="bench-schedule-")
     store = open_schedule_store(store_url, data_dir)
-    lead_s = 5.0  # writing the tasks takes a moment: the window starts after it
+    lead_s = max(5.0, tasks / 500)  # writing the tasks takes a moment: the window starts after it
     start = time.time() + lead_s
     for i in range(tasks):
         agent = AgentSchedules(store, f"bench/a{i}", "Bench")
@@ -127,7 +127,7 @@ async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: fl
     ta.init(data_dir=tempfile.mkdtemp(prefix="bench-schedule-ray-"), idle_timeout_s=idle_s)
     recorder = Accepted.options(name="bench-schedule-accepted", namespace="think_actors").remote()  # type: ignore[attr-defined]
     scheduler = await ta.start_scheduler(poll_s=0.5)
-    lead_s = 10.0
+    lead_s = max(10.0, agents / 100)  # provisioning and scheduling come first: the window starts after them
     start = time.time() + lead_s
     handles = []
     for i in range(agents):

@@ -124,6 +124,9 @@ class McpConnection:
         self._set("closed", self.error)
 
     def _lost(self, reason: str) -> None:
+        if self._closed:  # our own close ended the session: nothing was lost
+            self._stop.set()
+            return
         if self.state == "ready":
             log.warning("MCP server %r: %s; the next call reconnects", self.config.name, reason)
             self._set("failed", reason)

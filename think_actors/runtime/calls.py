@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import ray
@@ -14,8 +13,6 @@ from ..errors import (
     AgentUnavailableError,
 )
 from .config import _require_config
-
-log = logging.getLogger("think_actors")
 
 
 def _unwrap(err: BaseException) -> BaseException:

@@ -22,8 +22,6 @@ from ..store import STORE_ENV, check_store_url
 from ..tracing import TracingConfig, otel_env
 from ..tracing import configure as configure_tracing
 
-log = logging.getLogger("think_actors")
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RuntimeConfig:

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .config import RuntimeConfig
-
-log = logging.getLogger("think_actors")
 
 
 def _actor_options(config: RuntimeConfig, path: str, node_id: str | None = None) -> dict[str, Any]:

@@ -3,7 +3,6 @@ started), ``list_agents``."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +17,6 @@ from ..errors import (
 from ..store import agent_path
 from .config import _require_config
 from .handles import AgentHandle, _spawn_path
-
-log = logging.getLogger("think_actors")
 
 
 async def spawn(agent_class: type[Think], name: str, *, node_id: str | None = None, **options: Any) -> AgentHandle:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -26,9 +25,6 @@ class _Resumable(Protocol):
     async def _wake(self) -> None: ...
 
     def attach(self, request_id: str, *, position: int | None = None) -> RemoteStream: ...
-
-
-log = logging.getLogger("think_actors")
 
 
 class RemoteStream:

@@ -135,7 +135,8 @@ def _serve_mcp_stdio(args: argparse.Namespace, classes: list[Any]) -> int:
     else:
         from ..runtime import init  # ray: only when agents run on it
 
-        init(args.address, quiet=True)
+        with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: whatever Ray prints goes aside
+            init(args.address, quiet=True)
         directory = RayDirectory(classes)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_stdio(directory))

@@ -607,11 +607,13 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
     await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert SCHEMA_VERSION == 4
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file's pages
         objects = conn.execute(
-            "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name"
+            # The message search's index and triggers (schema 5) are test_session_search.py's.
+            "SELECT type, name, tbl_name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+            "AND name NOT LIKE 'messages_fts%' ORDER BY type, name"
         ).fetchall()
         # chunks and effects hold rows of running turns only: read by scanning, no index to keep on every write.
         assert objects == [
@@ -681,7 +683,7 @@ async def test_sqlite_migrates_a_version_3_file_its_one_chunk_rows_read_as_befor
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (4,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%_by_request'").fetchall() == []
         assert conn.execute("PRAGMA page_size").fetchone() == (4096,)  # an existing file keeps its pages
     finally:
@@ -698,6 +700,10 @@ async def test_sqlite_migrates_a_version_1_file_in_place(tmp_path: Path) -> None
     conn = sqlite3.connect(path)
     for table in ("submissions", "turns", "chunks", "effects", "lease"):
         conn.execute(f"DROP TABLE {table}")
+    for trigger in ("messages_fts_insert", "messages_fts_delete", "messages_fts_update"):  # schema 5's search
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE messages_fts")
+    conn.execute("ALTER TABLE messages DROP COLUMN search_text")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall() == [

@@ -68,8 +68,8 @@ async def test_first_use_creates_the_schema_in_an_empty_database(postgres_url: s
         "submissions",
         "turns",
     ]
-    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 1
-    assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version")] == [(1,)]
+    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 2  # 2: message search (test_session_search_postgres.py)
+    assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version")] == [(1,), (2,)]
     assert [tuple(r) for r in await conn.fetch("SELECT path, generation FROM think_actors.agents")] == [("lead/a", 1)]
 
 
@@ -78,7 +78,7 @@ async def test_rerunning_the_migration_is_a_no_op(postgres_url: str, conn: Any) 
     await PostgresStore(postgres_url, "lead/a").append_message(user_message("hi", id="u1"))
     assert await _schema.migrate(conn) == SCHEMA_VERSION
     assert await _schema.migrate(conn) == SCHEMA_VERSION
-    assert await conn.fetchval("SELECT count(*) FROM think_actors.schema_version") == 1
+    assert await conn.fetchval("SELECT count(*) FROM think_actors.schema_version") == SCHEMA_VERSION
     assert await conn.fetchval("SELECT count(*) FROM think_actors.messages") == 1
 
 
@@ -88,17 +88,17 @@ async def test_processes_starting_together_migrate_once(
     # A second migration that fails if it runs twice (a duplicate primary key), to show each runs exactly once.
     extra = (f"INSERT INTO {_schema.SCHEMA}.agents (path, generation) VALUES ('migrated', 0)",)
     monkeypatch.setattr(_schema, "MIGRATIONS", (*_schema.MIGRATIONS, extra))
-    monkeypatch.setattr(_schema, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     connections = [await asyncpg.connect(postgres_url) for _ in range(8)]  # eight sessions, as eight processes
     try:
         found = await asyncio.gather(*(_schema.migrate(c) for c in connections))
     finally:
         for c in connections:
             await c.close()
-    assert sorted(found) == [0] + [2] * 7  # one migrated from empty; the others waited, then found it done
+    # one migrated from empty; the others waited, then found it done
+    assert sorted(found) == [0] + [SCHEMA_VERSION + 1] * 7
     assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version ORDER BY 1")] == [
-        (1,),
-        (2,),
+        (v,) for v in range(1, SCHEMA_VERSION + 2)
     ]
     assert await conn.fetchval("SELECT count(*) FROM think_actors.agents WHERE path = 'migrated'") == 1
 
@@ -112,7 +112,7 @@ async def test_stores_of_many_processes_opening_an_empty_database_at_once(postgr
     finally:
         for pool in pools:
             await pool.close()
-    assert await conn.fetchval("SELECT count(*) FROM think_actors.schema_version") == 1
+    assert await conn.fetchval("SELECT count(*) FROM think_actors.schema_version") == SCHEMA_VERSION
     assert await conn.fetchval("SELECT count(DISTINCT agent) FROM think_actors.messages") == 6
 
 
@@ -123,7 +123,7 @@ async def test_a_database_migrated_by_a_newer_think_actors_is_refused(postgres_u
     with pytest.raises(StoreError) as raised:
         await store.load_messages()
     assert raised.value.message == (
-        "PostgreSQL schema 'think_actors' has version 99; this think_actors reads up to 1. "
+        f"PostgreSQL schema 'think_actors' has version 99; this think_actors reads up to {SCHEMA_VERSION}. "
         "Upgrade think_actors to use this database."
     )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._search import MessageHit
 from .memory import MemoryStore
 from .protocol import LATEST, Store, agent_path, validate_agent_name
 from .records import EffectRecord, SubmissionRecord, TurnRecord
@@ -28,6 +29,7 @@ __all__ = [
     "STORE_ENV",
     "EffectRecord",
     "MemoryStore",
+    "MessageHit",
     "PostgresStore",
     "SQLiteStore",
     "Store",

@@ -48,15 +48,29 @@ SELECT EXISTS (SELECT 1 FROM {_S}.messages WHERE agent = $1 AND id = $2) AS take
        EXISTS (SELECT 1 FROM {_S}.messages WHERE agent = $1 AND id = $3) AS parent_found
 """
 INSERT_MESSAGE = (
-    f"INSERT INTO {_S}.messages (agent, id, parent_id, role, body, created_at) VALUES ($1, $2, $3, $4, $5, $6)"
+    f"INSERT INTO {_S}.messages (agent, id, parent_id, role, body, created_at, search_text) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7)"
 )
-UPDATE_SET = "role = $4, body = $5, created_at = $6"
-UPDATE_MESSAGE_LOCKED = f"UPDATE {_S}.messages SET role = $3, body = $4, created_at = $5 WHERE agent = $1 AND id = $2"
+UPDATE_SET = "role = $4, body = $5, created_at = $6, search_text = $7"
+UPDATE_MESSAGE_LOCKED = (
+    f"UPDATE {_S}.messages SET role = $3, body = $4, created_at = $5, search_text = $6 WHERE agent = $1 AND id = $2"
+)
 UPDATE_MESSAGE = fenced(
     f"w AS (UPDATE {_S}.messages AS m SET {UPDATE_SET} FROM lease "
     "WHERE lease.generation = $2 AND m.agent = $1 AND m.id = $3 RETURNING 1)",
     count="(SELECT count(*) FROM w)",
 )
+# Message search (migration 2): ``search_vector`` is generated from ``search_text`` and GIN-indexed. ts_headline
+# marks the matched words as the SQLite side's snippet does (``**``); ts_rank is higher for a better match.
+SEARCH_MESSAGES = f"""
+SELECT m.id, m.role,
+       ts_headline('english', m.search_text, q.query, 'StartSel=**, StopSel=**, MaxWords=24, MinWords=8'),
+       ts_rank(m.search_vector, q.query), m.created_at
+FROM {_S}.messages AS m, websearch_to_tsquery('english', $2) AS q(query)
+WHERE m.agent = $1 AND m.search_vector @@ q.query
+ORDER BY 4 DESC, m.seq DESC
+LIMIT $3
+"""
 CLEAR_MESSAGES = fenced(
     f"w AS (DELETE FROM {_S}.messages AS m USING lease WHERE lease.generation = $2 AND m.agent = $1 RETURNING 1)"
 )

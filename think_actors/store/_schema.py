@@ -10,20 +10,50 @@ DDL is transactional).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 
 from ..errors import StoreError
+from ._codec import decode_message
+from ._search import search_text
 from .redact import redact_url
 
 __all__ = ["MIGRATIONS", "SCHEMA", "SCHEMA_VERSION", "close_pools", "migrate", "shared_pool"]
 
 SCHEMA = "think_actors"
 
+
+async def _backfill_search_text(conn: Any) -> None:
+    """Migration 2's Python step: the searchable text of every message stored before it (the bodies are msgpack,
+    which SQL cannot read), in batches by (agent, seq)."""
+    last: tuple[str, int] = ("", -1)
+    while True:
+        rows = await conn.fetch(
+            f"SELECT agent, seq, body FROM {SCHEMA}.messages WHERE search_text IS NULL AND (agent, seq) > ($1, $2) "
+            "ORDER BY agent, seq LIMIT 500",
+            *last,
+        )
+        if not rows:
+            return
+        updates = []
+        for agent, seq, body in rows:
+            try:
+                text = search_text(decode_message(body))
+            except StoreError:
+                text = ""  # a row no reader can decode has nothing to find; it must not stop the migration
+            updates.append((agent, seq, text))
+        await conn.executemany(f"UPDATE {SCHEMA}.messages SET search_text = $3 WHERE agent = $1 AND seq = $2", updates)
+        last = (rows[-1][0], rows[-1][1])
+
+
+Step = str | Callable[[Any], Awaitable[None]]
+"""A migration's step: a statement, or a coroutine function given the migrating connection."""
+
 # Every table is keyed by the agent path first: an agent's rows are one index range, and no statement reaches
 # another agent's. The types match _codec's encoders: text, float8 for times, bytea for msgpack.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     # 1: the lease rows, the message tree, kv, submissions, turn records, the chunk log and the effect ledger.
     (
         f"""CREATE TABLE {SCHEMA}.agents (
@@ -109,6 +139,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         f"CREATE INDEX effects_by_request ON {SCHEMA}.effects (agent, request_id, seq)",
     ),
+    # 2: message search. ``search_text`` is written with every message (``_search.search_text``); the tsvector is
+    # generated from it and GIN-indexed (a search filters on the agent through the primary key beside it).
+    (
+        f"ALTER TABLE {SCHEMA}.messages ADD COLUMN search_text text",
+        _backfill_search_text,
+        f"ALTER TABLE {SCHEMA}.messages ADD COLUMN search_vector tsvector "
+        "GENERATED ALWAYS AS (to_tsvector('english'::regconfig, coalesce(search_text, ''))) STORED",
+        f"CREATE INDEX messages_search ON {SCHEMA}.messages USING gin (search_vector)",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema this think_actors knows; a database at a higher version was migrated by a newer one."""
@@ -149,8 +188,11 @@ async def migrate(conn: Any) -> int:
                 "Upgrade think_actors to use this database."
             )
         for version in range(found + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS[version - 1]:
-                await conn.execute(statement)
+            for step in MIGRATIONS[version - 1]:
+                if isinstance(step, str):
+                    await conn.execute(step)
+                else:
+                    await step(conn)
             await conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES ($1)", version)
     return int(found)
 

@@ -10,14 +10,17 @@ from collections.abc import Sequence
 
 from ..errors import StoreError
 from ._codec import EFFECT_COLUMNS, SUBMISSION_COLUMNS, TURN_COLUMNS, quoted_names
+from ._sqlite_search import add_search
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
 
 1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
 3: adds the lease (the writers' generation, see ``_lease``). 4: drops the request indexes of chunks and effects
 (rows of running turns only, a few per turn: a scan is cheaper than keeping an index on every write), and a chunk
 row holds a batch (a msgpack list; rows of older versions hold one chunk each and are read as before).
+5: message search: ``messages.search_text``, the FTS5 index ``messages_fts`` and its triggers (``_sqlite_search``;
+an older file's text is computed from its stored messages when it is first opened).
 """
 
 SCHEMA = (
@@ -27,7 +30,8 @@ SCHEMA = (
         parent_id TEXT,
         role TEXT,
         body BLOB NOT NULL,
-        created_at REAL
+        created_at REAL,
+        search_text TEXT
     )""",
     "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB)",
     # AUTOINCREMENT: seq is the FIFO tiebreak and part of the record, so it is never reused after a delete.
@@ -129,12 +133,13 @@ CLAIM = (
 # a new row goes under the latest leaf; an existing id is left alone (rowcount 0), or updated in place (its seq and
 # parent stay).
 APPEND_UNDER_LATEST = (
-    "INSERT INTO messages (id, parent_id, role, body, created_at)"
-    " VALUES (?, (SELECT id FROM messages ORDER BY seq DESC LIMIT 1), ?, ?, ?)"
+    "INSERT INTO messages (id, parent_id, role, body, created_at, search_text)"
+    " VALUES (?, (SELECT id FROM messages ORDER BY seq DESC LIMIT 1), ?, ?, ?, ?)"
 )
 APPEND_NEW = APPEND_UNDER_LATEST + " ON CONFLICT (id) DO NOTHING"
 UPSERT = APPEND_UNDER_LATEST + (
-    " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at"
+    " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at,"
+    " search_text = excluded.search_text"
 )
 
 
@@ -142,7 +147,8 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
 
     Every version so far only adds tables and indexes or drops indexes, so ``SCHEMA``'s IF [NOT] EXISTS
-    statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``).
+    statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``). Version 5 adds
+    a column too, which ``add_search`` adds where it is missing.
     """
     # Read first without a lock: every open but the first finds the schema current and skips the migration.
     if _schema_version(conn) == SCHEMA_VERSION:
@@ -157,6 +163,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
             )
         for statement in SCHEMA:
             conn.execute(statement)
+        add_search(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -31,6 +31,7 @@ from ._codec import (
     turn_row,
     unpack,
 )
+from ._search import MessageHit, check_search, memory_search
 from .protocol import LATEST
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 
@@ -82,6 +83,16 @@ class MemoryStore:
         """Every stored message, all branches, in the order they were first written."""
         self._check_open()
         return [decode_message(row.body) for row in self._rows.values()]
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """The stored messages (every branch) whose text matches ``query``, best first, at most ``limit``.
+
+        The same search as SQLiteStore's (FTS5, ``porter`` stemming, the same query language and ranking), over an
+        index built for the call: a scan of every message, fine for the tests and throwaway agents this store is for.
+        """
+        self._check_open()
+        query, limit = check_search(query, limit)
+        return memory_search((decode_message(row.body) for row in self._rows.values()), query, limit)
 
     async def get_message(self, message_id: str) -> UIMessage | None:
         self._check_open()

@@ -66,6 +66,7 @@ from ._postgres_sql import (
     LOCK_TREE,
     NEXT_SUBMISSION_SEQ,
     PUT_TURN,
+    SEARCH_MESSAGES,
     SET_KV,
     START_EFFECT,
     START_EFFECT_LOGGED,
@@ -76,6 +77,7 @@ from ._postgres_sql import (
     UPDATE_MESSAGE_LOCKED,
 )
 from ._schema import SCHEMA, SCHEMA_VERSION, close_pools, migrate, shared_pool
+from ._search import MessageHit, check_search, hits, search_text
 from .protocol import LATEST, validate_agent_name
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 from .redact import redact_url
@@ -162,7 +164,13 @@ class PostgresStore:
         body = encode_message(message)
         async with self._tree("upsert message") as conn:
             status = await conn.execute(
-                UPDATE_MESSAGE_LOCKED, self._agent, message.id, message.role, body, message.created_at
+                UPDATE_MESSAGE_LOCKED,
+                self._agent,
+                message.id,
+                message.role,
+                body,
+                message.created_at,
+                search_text(message),
             )
             if status == "UPDATE 0":
                 await self._insert(conn, message, body, parent_id)
@@ -170,11 +178,25 @@ class PostgresStore:
     async def update_message(self, message: UIMessage) -> bool:
         """Replace a stored message's content in place; returns whether it existed (nothing is inserted)."""
         body = encode_message(message)
-        n = await self._write("update message", UPDATE_MESSAGE, message.id, message.role, body, message.created_at)
+        n = await self._write(
+            "update message", UPDATE_MESSAGE, message.id, message.role, body, message.created_at, search_text(message)
+        )
         return n > 0
 
     async def clear_messages(self) -> None:
         await self._write("clear messages", CLEAR_MESSAGES)
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """The agent's stored messages (every branch) whose text matches ``query``, best first, at most ``limit``.
+
+        PostgreSQL full-text search (``english``: stemmed, stop words dropped) with ``websearch_to_tsquery``, which
+        reads any input without a syntax error. Raises ``ConfigurationError`` for a blank query or a limit outside
+        1..1000.
+        """
+        query, limit = check_search(query, limit)
+        async with self._connection("search messages") as conn:
+            rows = await conn.fetch(SEARCH_MESSAGES, self._agent, query, limit)
+        return hits(tuple(row) for row in rows)
 
     async def get_kv(self, key: str) -> Any:
         """A small msgpack-able value, or None."""
@@ -329,7 +351,7 @@ class PostgresStore:
         async with self._tree("end turn") as conn:
             if reply is not None and body is not None:
                 status = await conn.execute(
-                    UPDATE_MESSAGE_LOCKED, self._agent, reply.id, reply.role, body, reply.created_at
+                    UPDATE_MESSAGE_LOCKED, self._agent, reply.id, reply.role, body, reply.created_at, search_text(reply)
                 )
                 if status == "UPDATE 0":
                     await self._insert(conn, reply, body, LATEST)
@@ -498,7 +520,16 @@ class PostgresStore:
             parent_id = found["latest"]
         elif parent_id is not None and not found["parent_found"]:
             raise StoreError(f"cannot append message {message.id!r}: parent {parent_id!r} does not exist")
-        await conn.execute(INSERT_MESSAGE, self._agent, message.id, parent_id, message.role, body, message.created_at)
+        await conn.execute(
+            INSERT_MESSAGE,
+            self._agent,
+            message.id,
+            parent_id,
+            message.role,
+            body,
+            message.created_at,
+            search_text(message),
+        )
         return True
 
     def _error(self, what: str, exc: BaseException) -> StoreError:

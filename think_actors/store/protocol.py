@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import InvalidAgentNameError
 from ..messages import UIMessage
+from ._search import MessageHit
 from .records import EffectRecord, SubmissionRecord, TurnRecord
 
 __all__ = ["LATEST", "Store", "agent_path", "validate_agent_name"]
@@ -74,6 +75,16 @@ class Store(Protocol):
         ...
 
     async def clear_messages(self) -> None: ...
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """Every stored message (all branches) whose text matches ``query``, best first, at most ``limit``.
+
+        Stemmed full-text search in the query language of ``_search`` (words, ``"phrases"``, ``or``, ``-word``);
+        no query is a syntax error, a query without a word finds nothing. Raises ``ConfigurationError`` for a blank
+        query or a limit outside 1..1000. Optional for a store of your own: ``Session.search`` says the store cannot
+        search when it lacks this method.
+        """
+        ...
 
     async def get_kv(self, key: str) -> Any:
         """A small msgpack-able value, or None."""

@@ -44,6 +44,7 @@ from ._codec import (
     unpack,
 )
 from ._lease import fenced_error
+from ._search import FTS_HIT, MessageHit, check_search, fts5_query, hits, search_text
 from ._sqlite_schema import (
     APPEND_NEW,
     CHUNK_INSERT,
@@ -161,6 +162,20 @@ class SQLiteStore:
     async def clear_messages(self) -> None:
         with self._fenced("clear messages") as conn:
             conn.execute("DELETE FROM messages")
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """The stored messages (every branch) whose text matches ``query``, best first, at most ``limit``.
+
+        FTS5 with ``porter`` stemming (``_search`` gives the query language; no query is a syntax error). Raises
+        ``ConfigurationError`` for a blank query or a limit outside 1..1000.
+        """
+        query, limit = check_search(query, limit)
+        match = fts5_query(query)
+        if match is None:
+            return []
+        with self._guard("search messages") as conn:
+            rows = conn.execute(FTS_HIT, (match, limit)).fetchall()
+        return hits(rows)
 
     async def get_kv(self, key: str) -> Any:
         """A small msgpack-able value, or None."""
@@ -309,7 +324,7 @@ class SQLiteStore:
         Returns whether each message was appended (False: its id existed).
         """
         row = turn_row(record)
-        rows = [(m.id, m.role, encode_message(m), m.created_at) for m in messages]  # before the write lock
+        rows = [(m.id, m.role, encode_message(m), m.created_at, search_text(m)) for m in messages]  # before the lock
         with self._fenced("begin turn") as conn:
             conn.execute(TURN_UPSERT, tuple(row.values()))
             return [conn.execute(APPEND_NEW, message).rowcount > 0 for message in rows]
@@ -317,7 +332,11 @@ class SQLiteStore:
     async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
         """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
         transaction (``upsert_message`` then ``delete_turn``, committed once)."""
-        message = None if reply is None else (reply.id, reply.role, encode_message(reply), reply.created_at)
+        message = (
+            None
+            if reply is None
+            else (reply.id, reply.role, encode_message(reply), reply.created_at, search_text(reply))
+        )
         with self._fenced("end turn") as conn:
             if message is not None:
                 conn.execute(UPSERT, message)
@@ -416,16 +435,16 @@ class SQLiteStore:
         ):
             raise StoreError(f"cannot append message {message.id!r}: parent {parent_id!r} does not exist")
         conn.execute(
-            "INSERT INTO messages (id, parent_id, role, body, created_at) VALUES (?, ?, ?, ?, ?)",
-            (message.id, parent_id, message.role, body, message.created_at),
+            "INSERT INTO messages (id, parent_id, role, body, created_at, search_text) VALUES (?, ?, ?, ?, ?, ?)",
+            (message.id, parent_id, message.role, body, message.created_at, search_text(message)),
         )
         return True
 
     @staticmethod
     def _update(conn: sqlite3.Connection, message: UIMessage, body: bytes) -> bool:
         cursor = conn.execute(
-            "UPDATE messages SET role = ?, body = ?, created_at = ? WHERE id = ?",
-            (message.role, body, message.created_at, message.id),
+            "UPDATE messages SET role = ?, body = ?, created_at = ?, search_text = ? WHERE id = ?",
+            (message.role, body, message.created_at, search_text(message), message.id),
         )
         return cursor.rowcount > 0
 

@@ -6,6 +6,8 @@ Imported only when tracing is on with an exporter of ours; without the extra the
 
 from __future__ import annotations
 
+import os
+
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -39,7 +41,10 @@ def install(config: TracingConfig) -> None:
     processor = BatchSpanProcessor(exporter, schedule_delay_millis=config.export_delay_ms)
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
-        resource = Resource.create({"service.name": config.service_name or "think_actors", **config.resource})
+        # process.pid tells the actors apart: on Ray every agent is a process of its own.
+        resource = Resource.create(
+            {"service.name": config.service_name or "think_actors", "process.pid": os.getpid(), **config.resource}
+        )
         provider = TracerProvider(resource=resource)
         trace.set_tracer_provider(provider)
     provider.add_span_processor(processor)

@@ -102,7 +102,10 @@ def enabled() -> bool:
 
 
 def flush(timeout_s: float = 10.0) -> bool:
-    """Export the spans this process holds now (before it exits, or before a test reads the backend)."""
+    """Export the spans this process holds now (before it exits, or before a test reads the backend).
+
+    It blocks until the export is done: from a coroutine, ``await asyncio.to_thread(tracing.flush)``.
+    """
     if _impl is None or _config is None or _config.exporter == "provider":
         return True
     from . import exporters

@@ -1,0 +1,246 @@
+"""One trace across actors: every agent actor exports its spans over OTLP/HTTP to a receiver this test runs.
+
+The receiver is a real OTLP/HTTP endpoint (aiohttp on 127.0.0.1, decoding ExportTraceServiceRequest with
+opentelemetry-proto, as a collector does); the agents' actors use the SDK's OTLP exporter, configured by
+``ta.init(tracing=...)`` in the driver. A real trace backend (Arize Phoenix) is in test_tracing_phoenix.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import ray
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from ray_agents import CrashAgent, CrashControl
+
+import think_actors as ta
+from think_actors import tracing
+from think_actors.testing import ScriptedModel, step, text, tool_call
+
+WAIT_S = 60
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return tuple(_value(v) for v in value.array_value.values)
+    return getattr(value, kind) if kind else None
+
+
+@dataclass(frozen=True)
+class Received:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, Any]
+    resource: dict[str, Any]
+    links: tuple[tuple[str, str, dict[str, Any]], ...]
+    status: int  # 0 unset, 1 ok, 2 error
+    start_ns: int
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP traces endpoint that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.spans: list[Received] = []
+        self.changed = asyncio.Event()
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if request.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        message = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in message.resource_spans:
+            resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append(
+                        Received(
+                            name=span.name,
+                            trace_id=span.trace_id.hex(),
+                            span_id=span.span_id.hex(),
+                            parent_id=span.parent_span_id.hex(),
+                            attributes={a.key: _value(a.value) for a in span.attributes},
+                            resource=resource,
+                            links=tuple(
+                                (
+                                    link.trace_id.hex(),
+                                    link.span_id.hex(),
+                                    {a.key: _value(a.value) for a in link.attributes},
+                                )
+                                for link in span.links
+                            ),
+                            status=span.status.code,
+                            start_ns=span.start_time_unix_nano,
+                        )
+                    )
+        self.changed.set()
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
+
+    async def until(self, done: Callable[[list[Received]], bool], timeout_s: float = WAIT_S) -> list[Received]:
+        deadline = time.monotonic() + timeout_s
+        while not done(self.spans):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"spans not received in {timeout_s} s: {[s.name for s in self.spans]}")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+        return list(self.spans)
+
+
+@pytest.fixture
+async def receiver(ray_runtime: Any) -> AsyncIterator[OtlpReceiver]:
+    """The receiver, and tracing on for the agents spawned during the test (off again after it)."""
+    sink = OtlpReceiver()
+    app = web.Application()
+    app.router.add_post("/v1/traces", sink.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    sink.url = f"http://127.0.0.1:{port}/v1/traces"
+    same = {"num_cpus": 2, "data_dir": ray_runtime.data_dir, "model_pool_size": ray_runtime.model_pool_size}
+    ta.init(**same, tracing=ta.TracingConfig(endpoint=sink.url, export_delay_ms=50))
+    try:
+        yield sink
+    finally:
+        ta.init(**same, tracing=False)
+        await runner.cleanup()
+
+
+def tree(spans: list[Received], root: Received) -> list[tuple[int, str]]:
+    """(depth, name) under ``root``, depth-first, children by name (parallel calls start in either order)."""
+    out: list[tuple[int, str]] = []
+
+    def walk(parent: Received, depth: int) -> None:
+        out.append((depth, parent.name))
+        for child in sorted((s for s in spans if s.parent_id == parent.span_id), key=lambda s: (s.name, s.start_ns)):
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+class Searcher(ta.Think):
+    model = ScriptedModel([tool_call("search", {"query": "ray"}), text("Ray runs actors.")])
+
+    @ta.tool
+    async def search(self, query: str) -> str:
+        """Search the corpus."""
+        return f"found {query}"
+
+
+class Writer(ta.Think):
+    model = ScriptedModel([text("A short report.")])
+
+
+class Lead(ta.Think):
+    tools = [
+        ta.agent_tool(Searcher, description="Search a topic."),
+        ta.agent_tool(Writer, description="Write it up."),
+    ]
+
+
+@pytest.mark.timeout(120)
+async def test_a_lead_and_its_children_in_three_actors_make_one_trace(receiver: OtlpReceiver, unique: str) -> None:
+    lead = await ta.spawn(
+        Lead,
+        unique,
+        model=ScriptedModel(
+            [
+                step(tool_call("searcher", {"input": "ray"}, id="c-s"), tool_call("writer", {"input": "x"}, id="c-w")),
+                text("Both done."),
+            ]
+        ),
+    )
+    with trace.get_tracer("test").start_as_current_span("request") as request:
+        chunks = await lead.chat("Research Ray").collect()
+    assert chunks[-1].type == "finish"
+    # The driver's own span; flush blocks, and the receiver runs on this event loop.
+    assert await asyncio.to_thread(tracing.flush)
+
+    root_id = format(request.get_span_context().span_id, "016x")
+    expected = 1 + (1 + 2 + 2) + (1 + 2 + 1) + (1 + 1)  # request; lead: turn, chats, tools; searcher; writer
+    spans = await receiver.until(lambda got: len([s for s in got if s.trace_id == got[0].trace_id]) >= expected)
+    (root,) = [s for s in spans if s.span_id == root_id]
+    assert [s for s in spans if s.trace_id != root.trace_id] == []
+    assert tree(spans, root) == [
+        (0, "request"),
+        (1, "invoke_agent Lead"),
+        (2, "chat scripted"),
+        (2, "chat scripted"),
+        (2, "execute_tool searcher"),
+        (3, "invoke_agent Searcher"),
+        (4, "chat scripted"),
+        (4, "chat scripted"),
+        (4, "execute_tool search"),
+        (2, "execute_tool writer"),
+        (3, "invoke_agent Writer"),
+        (4, "chat scripted"),
+    ]
+    lead_turn = next(s for s in spans if s.name == "invoke_agent Lead")
+    in_order = sorted((s for s in spans if s.parent_id == lead_turn.span_id), key=lambda s: s.start_ns)
+    names = [s.name for s in in_order]
+    assert names[0] == names[-1] == "chat scripted"  # the model asked for the tools before they ran, then answered
+
+    turns = {s.name: s for s in spans if s.name.startswith("invoke_agent")}
+    assert turns["invoke_agent Searcher"].attributes["think_actors.agent.path"] == f"{lead.path}/searcher/run-c-s"
+    assert turns["invoke_agent Lead"].attributes["think_actors.trigger"] == "rpc"  # chat() through a handle
+    node_id = ray.get_runtime_context().get_node_id()
+    assert {s.attributes["think_actors.node_id"] for s in turns.values()} == {node_id}
+    # Three agent actors, three processes, none of them this driver; every one exports as think_actors.
+    pids = {s.resource["process.pid"] for s in turns.values()}
+    assert len(pids) == 3 and os.getpid() not in pids
+    assert {s.resource["service.name"] for s in spans if s.name != "request"} == {"think_actors"}
+    assert [s.status for s in spans] == [0] * len(spans)
+
+
+@pytest.mark.timeout(120)
+async def test_a_recovered_turn_after_a_real_crash_links_to_the_interrupted_trace(
+    receiver: OtlpReceiver, ray_runtime: Any, unique: str
+) -> None:
+    control_name = f"crash-control/{unique}"
+    CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(
+        "before_step:1"
+    )
+    agent = await ta.spawn(CrashAgent, unique, control=control_name, namespace=ray_runtime.namespace)
+    with trace.get_tracer("test").start_as_current_span("request") as request, pytest.raises(ta.AgentUnavailableError):
+        await agent.chat("pay 42 and note it").collect()  # the actor dies before its second step
+    interrupted_trace = format(request.get_span_context().trace_id, "032x")
+
+    spans = await receiver.until(
+        lambda got: any(s.name == "invoke_agent CrashAgent" and s.attributes.get("think_actors.status") for s in got)
+    )
+    (recovered,) = [s for s in spans if s.name == "invoke_agent CrashAgent"]
+    assert recovered.attributes["think_actors.trigger"] == "recovery"
+    assert recovered.attributes["think_actors.status"] == "completed"
+    (link_trace, link_span, link_attributes) = recovered.links[0]
+    assert (link_trace, link_attributes) == (interrupted_trace, {"think_actors.link": "recovers"})
+    assert recovered.trace_id != interrupted_trace  # the recovery is a trace of its own, linked to the first
+    (recover,) = [s for s in spans if s.span_id == recovered.parent_id]
+    assert recover.name == "recover CrashAgent" and recover.parent_id == ""
+    # What the dead process exported before it died belongs to the interrupted trace, under the linked span.
+    before = [s for s in spans if s.trace_id == interrupted_trace]
+    assert len(link_span) == 16 and int(link_span, 16) != 0
+    assert {s.parent_id for s in before if s.name == "chat plan"} <= {link_span}

@@ -132,7 +132,7 @@ async def test_every_socket_hears_when_a_server_connects_changes_its_tools_or_go
     model = ScriptedModel([ta.testing.tool_call("t_grow", {"name": "fresh"}, id="g"), ta.testing.text("grown")])
 
     class Growing(ta.Think):
-        mcp_servers = (server,)
+        pass
 
     directory = LocalDirectory([Growing], model=model, store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
@@ -140,11 +140,11 @@ async def test_every_socket_hears_when_a_server_connects_changes_its_tools_or_go
         try:
             ws = await client.ws_connect("/agents/growing/a")
             other = await client.ws_connect("/agents/growing/a")
-            # Nothing has asked for the servers yet: they have not started connecting.
             first = await next_mcp_frame(ws, lambda mcp: True)
-            assert server_states(first["mcp"]) == {"t": "connecting"}
+            assert first["mcp"] == {"prompts": [], "resources": [], "servers": {}, "tools": []}
 
-            await handle.agent.wait_for_mcp_connections(WAIT_S)
+            # Added while the sockets are open: they hear it connect, with its tools.
+            await handle.agent.add_mcp_server(server)
             for socket in (ws, other):
                 ready = await next_mcp_frame(socket, lambda mcp: server_states(mcp) == {"t": "ready"})
                 assert {"name": "t_add", "serverId": "t"} in ready["mcp"]["tools"]
@@ -167,7 +167,7 @@ async def test_every_socket_hears_when_a_server_connects_changes_its_tools_or_go
 
 async def test_a_server_that_fails_after_the_socket_connected_is_sent_failed() -> None:
     class Late(ta.Think):
-        mcp_servers = (ta.mcp.stdio("/nonexistent/mcp-server", name="gone", connect_timeout_s=WAIT_S),)
+        pass
 
     directory = LocalDirectory([Late], model=ScriptedModel(), store=ta.MemoryStore())
     async with TestClient(TestServer(Gateway(directory).app())) as client:
@@ -175,10 +175,30 @@ async def test_a_server_that_fails_after_the_socket_connected_is_sent_failed() -
         try:
             ws = await client.ws_connect("/agents/late/a")
             first = await next_mcp_frame(ws, lambda mcp: True)
-            assert server_states(first["mcp"]) == {"gone": "connecting"}  # nothing asked for it yet
-            await handle.agent.wait_for_mcp_connections(WAIT_S)
+            assert first["mcp"]["servers"] == {}
+            await handle.agent.add_mcp_server(ta.mcp.stdio("/nonexistent/mcp-server", name="gone"), timeout_s=WAIT_S)
             failed = await next_mcp_frame(ws, lambda mcp: server_states(mcp) == {"gone": "failed"})
             assert failed["mcp"]["servers"]["gone"]["error"]
             await ws.close()
         finally:
             await handle.agent.close()
+
+
+async def test_a_local_agent_has_its_servers_tools_in_its_first_turn(tmp_path: Path) -> None:
+    """As an agent actor does before it starts, a directory's new in-process agent connects its servers first."""
+    env = {"MCP_TEST_LOG": str(tmp_path / "calls.log"), "MCP_TEST_HOLD_S": "0"}
+    server = ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
+    model = ScriptedModel([ta.testing.tool_call("t_echo", {"text": "first"}, id="e"), ta.testing.text("done")])
+
+    class Eager(ta.Think):
+        mcp_servers = (server,)
+
+    directory = LocalDirectory([Eager], model=model, store=ta.MemoryStore())
+    handle = await directory.get("eager", "a")
+    try:
+        assert handle.agent.get_mcp_servers()["t"].state == "ready"
+        result = await handle.save_messages("echo something")
+        part = next(p for p in result.message.parts if getattr(p, "tool_call_id", None) == "e")
+        assert part.state == "output-available", part
+    finally:
+        await handle.agent.close()

@@ -198,14 +198,14 @@ async def test_one_agent_calls_another_served_as_an_mcp_tool() -> None:
 
 @pytest.mark.timeout(180)
 async def test_serve_mcp_stdio_is_an_mcp_server_on_stdin_and_stdout(tmp_path: Path) -> None:
-    tests = str(Path(__file__).parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
-    env["THINK_ACTORS_DATA_DIR"] = str(tmp_path)
+    # The console script, run in tests/: --app names a module of the directory it runs in, as `python -m` would.
+    env = {**os.environ, "THINK_ACTORS_DATA_DIR": str(tmp_path)}
+    env.pop("PYTHONPATH", None)
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "think_actors.gateway.cli", "serve", "--mcp-stdio", "--local", "--app", "gateway_app"],
+        command=str(Path(sys.executable).with_name("think-actors")),
+        args=["serve", "--mcp-stdio", "--local", "--app", "gateway_app"],
         env=env,
-        cwd=str(tmp_path),
+        cwd=str(Path(__file__).parent),
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as client:
         await asyncio.wait_for(client.initialize(), 120)

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # On stderr: with --mcp-stdio, stdout carries the protocol and nothing else.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs every stateless request at INFO
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # As `python -m` does: --app names a module of the directory serve runs in (the console script's own
+        # sys.path has only its bin directory, so `think-actors serve --app agents.team` found no agents).
+        sys.path.insert(0, os.getcwd())
     try:
         check_binding(args.host, args.token)
         OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor

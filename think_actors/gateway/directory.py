@@ -76,7 +76,11 @@ class LocalDirectory(AgentDirectory):
         key = f"{slug}/{name}"
         handle = self._agents.get(key)
         if handle is None:
-            handle = self._agents[key] = LocalAgentHandle(cls(name, **self.options))
+            agent = cls(name, **self.options)
+            handle = self._agents[key] = LocalAgentHandle(agent)
+            if agent.mcp_servers:
+                # As an agent actor does before it starts: its first turn has its MCP servers' tools.
+                await agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in agent.mcp_servers) + 5)
         return handle
 
     async def find(self, slug: str, name: str) -> Any | None:

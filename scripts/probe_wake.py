@@ -149,6 +149,7 @@ async def main() -> None:
     parser.add_argument("--system-config", default="{}")
     parser.add_argument("--warm", type=int, default=0, help="keep this many warm idle workers (think_actors._warm)")
     parser.add_argument("--skip-bare", action="store_true")
+    parser.add_argument("--ta-init", action="store_true", help="let ta.init start Ray (its runtime env and hook)")
     parser.add_argument("--no-env", action="store_true", help="pass the workers' variables without a runtime env")
     parser.add_argument("--skip-agents", action="store_true")
     parser.add_argument(
@@ -174,6 +175,9 @@ async def main() -> None:
             runtime_env = runtime_env or {}
             runtime_env["worker_process_setup_hook"] = "probe_facts.setup_hook"
         began = time.perf_counter()
+        if args.ta_init:
+            os.environ["PROBE_WARM"] = str(args.warm)  # a local raylet's workers inherit the driver's environment
+            ta.init(num_cpus=2, data_dir=data_dir, namespace=f"probe-{time.time_ns()}", warm_workers=args.warm)
         ray.init(
             address="local",
             num_cpus=2,
@@ -181,8 +185,10 @@ async def main() -> None:
             log_to_driver=False,
             runtime_env=runtime_env,
             _system_config=json.loads(args.system_config) or None,
+            ignore_reinit_error=True,
         )
-        ta.init(data_dir=data_dir, namespace=f"probe-{time.time_ns()}")
+        if not args.ta_init:
+            ta.init(data_dir=data_dir, namespace=f"probe-{time.time_ns()}")
         print(f"ray.init {time.perf_counter() - began:.1f} s", flush=True)
         if args.warm:
             print(f"warm workers asked for by the driver: {_warm.top_up(args.warm)}", flush=True)

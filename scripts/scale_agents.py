@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+import ray
+
 import think_actors as ta
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
+
+PROFILE_ENV = "BENCH_SCALE_PROFILE_DIR"
+PROFILE_TURNS_ENV = "BENCH_SCALE_PROFILE_TURNS"
 
 
 class PacedModel:
@@ -29,8 +36,43 @@ class Worker(ta.Think):
     model = PacedModel()
 
 
+class ProfiledWorker(Worker):
+    """A ``Worker`` that profiles its event loop's thread (cProfile) over its first ``$BENCH_SCALE_PROFILE_TURNS``
+    turns, from the first ``before_turn`` to the last ``on_chat_response``, and writes the stats to
+    ``$BENCH_SCALE_PROFILE_DIR/<pid>.prof``."""
+
+    _profile: cProfile.Profile | None = None
+    _turns = 0
+
+    async def before_turn(self, ctx: ta.TurnContext) -> ta.TurnConfig | None:
+        if self._profile is None and self._turns == 0 and os.environ.get(PROFILE_ENV):
+            self._profile = cProfile.Profile()
+            self._profile.enable()  # this thread: the actor's event loop, where the whole turn runs
+        return None
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        self._turns += 1
+        if self._profile is not None and self._turns >= int(os.environ.get(PROFILE_TURNS_ENV, "5")):
+            self._profile.disable()
+            self._profile.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"{os.getpid()}.prof"))
+            self._profile = None
+
+
 class Napper(ta.Think):
     """The scale benchmark's agent: hibernates 2 s after its last turn."""
 
     model = PacedModel()
     idle_timeout_s = 2.0
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class BareTurn:
+    """The throughput baseline: a bare async actor answering a streamed call of a turn's shape (200 ms wait, then
+    the 20 chunks in one batch), nothing of think_actors imported."""
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    async def turn(self, message: str) -> AsyncIterator[list[str]]:
+        await asyncio.sleep(0.2)
+        yield ["abcd"] * 20

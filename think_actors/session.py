@@ -1,11 +1,16 @@
 """Session: what ``configure_session`` configures before the agent loads its history.
 
-Three features, all persisted through the agent's store (``get_kv`` / ``set_kv``):
+Four features, all persisted through the agent's store:
 
 - context blocks rendered under the system prompt, which is frozen once rendered (prefix-cache friendly) and
   re-rendered only by ``refresh_system_prompt``, a compaction, or a change of the base prompt or block layout;
+  a block's provider decides its kind (text, skills, search: ``context_providers``) and the model's tools;
 - compaction overlays: a summary that replaces a range of history in what the model sees (never in the store);
-- ``compact_after``: compaction between turns once the model view passes a token threshold.
+- ``compact_after``: compaction between turns once the model view passes a token threshold;
+- ``search``: stemmed full-text search over every message the store holds (``Store.search_messages``).
+
+Loaded skills are read from the history and unloading rewrites it (``session_skills``), through the transcript
+the engine attaches (``attach_history``), else through the store.
 
 Store keys: ``session:context:<label>`` (a store-backed block's text), ``session:system-prompt`` (the frozen
 prompt and the hashes it was rendered for), ``session:compactions`` (the overlays, a list of plain dicts).
@@ -34,18 +39,20 @@ from .messages import TextPart, UIMessage, new_id
 from .session_parts import (
     Block,
     Overlay,
-    SetContextInput,
     Span,
     as_result,
     hidden_count,
     layout_hash,
+    make_block,
     resolve,
     spans_on_path,
     takes_context,
     view_bounds,
 )
-from .store import Store
-from .tools import Tool, ToolContext
+from .session_skills import entry_key, loaded_skills, unloaded
+from .session_tools import context_tools
+from .store import MessageHit, Store
+from .tools import Tool
 
 __all__ = ["CompactionContext", "CompactionResult", "Session"]
 
@@ -85,6 +92,10 @@ class Session:
         self._threshold_counter: TokenCounter | None = None
         self._default_counter: TokenCounter | None = None
         self._compaction_error: Callable[[BaseException], Any] | None = None
+        self._loaded_skills: set[tuple[str, str]] | None = None  # None until read from the history
+        self._pending_unloads: set[tuple[str, str]] = set()  # unloaded before their load's reply was stored
+        self._history: Callable[[], list[UIMessage]] | None = None
+        self._rewrite: Callable[[UIMessage], Awaitable[None]] | None = None
 
     # ------------------------------------------------------------------ builder
 
@@ -119,9 +130,19 @@ class Session:
         agent's store (``content`` then seeds a writable block when ``writable=True``). Writable blocks get the
         ``set_context`` tool; ``max_tokens`` caps what a write may hold and what the prompt shows of the block.
         """
-        block = self._make_block(label, content, provider, description, max_tokens, writable)
+        if label in self._blocks:
+            raise ConfigurationError(f"context block {label!r} already exists: labels must be unique")
+        block = make_block(label, content, provider, description, max_tokens, writable)
         self._blocks[block.label] = block
         return self
+
+    def attach_history(
+        self, history: Callable[[], list[UIMessage]], rewrite: Callable[[UIMessage], Awaitable[None]]
+    ) -> None:
+        """Read the active path through ``history()`` and rewrite a stored message through ``rewrite(message)``
+        (the engine attaches its transcript, so an unload changes what the next turn sends). Unattached, the
+        session reads and writes the store."""
+        self._history, self._rewrite = history, rewrite
 
     def compact_after(self, tokens: int, *, token_counter: TokenCounter | None = None) -> Session:
         """Compact between turns once the model view and system prompt pass ``tokens`` (needs ``on_compaction``).
@@ -154,11 +175,16 @@ class Session:
         self._overlays = [o for o in overlays if o is not None]
         self._synthetic.clear()
         self._loaded = True
+        if any(b.kind == "skill" for b in self._blocks.values()):
+            await self._restore_skills()
 
     async def clear(self) -> None:
-        """Drop the overlays and the frozen system prompt (the history is being cleared). Block contents stay."""
+        """Drop the overlays, the loaded skills and the frozen system prompt (the history is being cleared).
+        Block contents stay."""
         self._overlays = []
         self._synthetic.clear()
+        self._loaded_skills = set()
+        self._pending_unloads.clear()
         self._frozen = None
         self._loaded = True
         await self.store.set_kv(COMPACTIONS_KEY, None)
@@ -195,9 +221,14 @@ class Session:
         self.with_context(
             label, content=content, provider=provider, description=description, max_tokens=max_tokens, writable=writable
         )
+        if self._blocks[label].kind == "skill" and self._loaded_skills is None:
+            await self._restore_skills()
 
     async def remove_context(self, label: str) -> bool:
-        """Remove a block (False when there is none); its stored text stays, the frozen prompt until a refresh."""
+        """Remove a block (False when there is none); its stored text stays, the frozen prompt until a refresh.
+        Its skills count as unloaded; their outputs in the history stay as they are."""
+        if self._loaded_skills is not None:
+            self._loaded_skills = {s for s in self._loaded_skills if s[0] != label}
         return self._blocks.pop(label, None) is not None
 
     async def get_context(self, label: str) -> str | None:
@@ -205,12 +236,21 @@ class Session:
         block = self._blocks.get(label)
         return None if block is None else await self._read(block)
 
-    async def set_context(self, label: str, content: str, *, action: Literal["replace", "append"] = "replace") -> str:
+    async def set_context(
+        self,
+        label: str,
+        content: str,
+        *,
+        action: Literal["replace", "append"] = "replace",
+        key: str | None = None,
+        description: str | None = None,
+    ) -> str:
         """Write a writable block and return its usage (``Wrote 12 tokens to notes (12/500 tokens)``).
 
-        ``append`` adds ``content`` on a new line. Raises ``ConfigurationError`` for an unknown or read-only block,
-        an unknown action, or a write past ``max_tokens`` (then nothing is written). The frozen system prompt keeps
-        the old text until it is refreshed.
+        ``append`` adds ``content`` on a new line. A keyed block (skills, search) gets an entry instead:
+        ``provider.set(key, content[, description])``, the key made from the content when not given. Raises
+        ``ConfigurationError`` for an unknown or read-only block, an unknown action, or a write past
+        ``max_tokens`` (then nothing is written). The frozen system prompt keeps the old text until it is refreshed.
         """
         block = self._blocks.get(label)
         if block is None:
@@ -220,6 +260,13 @@ class Session:
             raise ConfigurationError(f"context block {label!r} is read-only")
         if action not in ("replace", "append"):
             raise ConfigurationError(f"set_context: action must be 'replace' or 'append', got {action!r}")
+        if block.keyed:
+            key = key.strip() if isinstance(key, str) and key.strip() else entry_key(None, content)
+            if block.kind == "skill":
+                await resolve(block.provider.set(key, content, description))
+            else:
+                await resolve(block.provider.set(key, content))
+            return f"Indexed {key!r} in {label}"
         new = content
         if action == "append":
             current = await self._read(block)
@@ -238,40 +285,62 @@ class Session:
         return f"Wrote {written} tokens to {label} ({usage})"
 
     def tools(self) -> list[Tool]:
-        """``set_context`` when a block is writable, else nothing."""
-        writable = [b for b in self._blocks.values() if b.writable]
-        if not writable:
-            return []
-        lines = []
-        for b in writable:
-            limit = f" (at most {b.max_tokens} tokens)" if b.max_tokens is not None else ""
-            lines.append(f"- {b.label}: {b.description or 'no description'}{limit}")
-        description = (
-            "Write to a context block of your system prompt. Writes are durable; the system prompt shows them "
-            "from its next refresh. Blocks:\n" + "\n".join(lines)
-        )
-        schema = {
-            "type": "object",
-            "properties": {
-                "label": {"type": "string", "enum": [b.label for b in writable], "description": "The block to write"},
-                "content": {"type": "string", "description": "The text to write"},
-                "action": {
-                    "type": "string",
-                    "enum": ["replace", "append"],
-                    "default": "replace",
-                    "description": "replace the block's text (default) or append to it",
-                },
-            },
-            "required": ["label", "content"],
-            "additionalProperties": False,
-        }
+        """The model's context tools: ``set_context`` for writable blocks, ``load_context`` / ``unload_context``
+        for skill blocks, ``search_context`` for searchable ones (``session_tools``)."""
+        loaded = sorted(f"{label}:{key}" for label, key in self._loaded_skills or ())
+        return context_tools(self, self._blocks.values(), loaded)
 
-        async def execute(value: Any, context: ToolContext) -> str:
-            # before_tool_call's Allow(input=...) hands over a plain dict instead of the validated model.
-            args = value if isinstance(value, SetContextInput) else SetContextInput.model_validate(value)
-            return await self.set_context(args.label, args.content, action=args.action)
+    # ------------------------------------------------------------------ skills and search
 
-        return [Tool("set_context", description, schema, validator=SetContextInput, executor=execute)]
+    async def search(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """Every stored message of the agent (all branches, compacted ones too) matching ``query``, best first.
+
+        Stemmed full-text search (``running`` finds ``runs``): words are all required, ``"a phrase"`` in order,
+        ``or`` between terms accepts either, ``-word`` excludes; no query is a syntax error. Raises
+        ``ConfigurationError`` for a blank query, a limit outside 1..1000, or a store that cannot search.
+        """
+        searching = getattr(self.store, "search_messages", None)
+        if searching is None:
+            raise ConfigurationError(f"the store {self.store!r} cannot search messages (it has no search_messages)")
+        found: list[MessageHit] = await searching(query, limit=limit)
+        return found
+
+    async def load_context(self, label: str, key: str) -> str:
+        """A skill's content (``provider.load(key)``), which then counts as loaded; ``ConfigurationError`` for a
+        block that is not a skill block or a key it does not have."""
+        block = self._keyed_block(label, "skill")
+        content = await resolve(block.provider.load(key))
+        if content is None:
+            raise ConfigurationError(f"no skill {key!r} in {label} (the system prompt lists its keys)")
+        if not isinstance(content, str):
+            raise ConfigurationError(f"the provider of {label!r} loaded {content!r} for {key!r}, not a str")
+        (await self._restore_skills()).add((label, key))
+        return content
+
+    async def unload_context(self, label: str, key: str) -> str:
+        """Unload a loaded skill: the output of the ``load_context`` call that loaded it becomes
+        ``[skill unloaded: key]`` in the history. A skill loaded in the running turn is rewritten once that turn's
+        reply is stored (checked when the next turn renders its system prompt)."""
+        self._keyed_block(label, "skill")
+        skills = await self._restore_skills()
+        if (label, key) not in skills:
+            return f"Skill {key!r} is not loaded in {label}."
+        skills.discard((label, key))
+        self._pending_unloads.add((label, key))
+        await self._apply_unloads()
+        return f"Unloaded {key!r} from {label}; its content left the conversation."
+
+    async def search_context(self, label: str, query: str) -> str:
+        """A search block's best matches for ``query`` (``provider.search``), or ``No results found.``"""
+        block = self._keyed_block(label, "search")
+        found = await resolve(block.provider.search(query))
+        if found is not None and not isinstance(found, str):
+            raise ConfigurationError(f"the provider of {label!r} returned {found!r} for a search, not a str")
+        return found or "No results found."
+
+    async def loaded_skill_keys(self) -> set[str]:
+        """The loaded skills as ``label:key``, as the history records them."""
+        return {f"{label}:{key}" for label, key in await self._restore_skills()}
 
     async def system_prompt(self, base: str) -> str:
         """``base`` with the context blocks under it, frozen: later calls return the same text.
@@ -283,6 +352,8 @@ class Session:
         self._base = base
         if not self._blocks:
             return base
+        if self._pending_unloads:
+            await self._apply_unloads()
         base_hash = layout_hash(base)
         if self._frozen is not None:
             if self._frozen[0] == base_hash:
@@ -420,47 +491,35 @@ class Session:
 
     # ------------------------------------------------------------------ internals
 
-    def _make_block(
-        self,
-        label: str,
-        content: str | None,
-        provider: Any,
-        description: str | None,
-        max_tokens: int | None,
-        writable: bool | None,
-    ) -> Block:
-        if not isinstance(label, str) or not label.strip():
-            raise ConfigurationError(f"a context block needs a non-empty label, got {label!r}")
-        if label in self._blocks:
-            raise ConfigurationError(f"context block {label!r} already exists: labels must be unique")
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0
-        ):
-            raise ConfigurationError(f"context block {label!r}: max_tokens must be a positive int, got {max_tokens!r}")
-        if content is not None and provider is not None:
-            raise ConfigurationError(f"context block {label!r}: give content= or provider=, not both")
-        if provider is not None:
-            if callable(getattr(provider, "get", None)):
-                settable = callable(getattr(provider, "set", None))
-                if writable and not settable:
-                    raise ConfigurationError(f"context block {label!r}: a writable provider needs set(content)")
-                writable = settable if writable is None else writable
-            elif callable(provider):
-                if writable:
-                    raise ConfigurationError(f"context block {label!r}: a callable provider is read-only")
-                writable = False
-            else:
-                raise ConfigurationError(f"context block {label!r}: a provider is a callable or has get()")
-            init = getattr(provider, "init", None)
-            if callable(init):
-                init(label)
-        elif content is None:
-            if writable is False:
-                raise ConfigurationError(f"context block {label!r} is read-only but has no content or provider")
-            writable = True
-        else:
-            writable = bool(writable)
-        return Block(label, description, max_tokens, writable, content, provider)
+    def _keyed_block(self, label: str, kind: str) -> Block:
+        block = self._blocks.get(label)
+        if block is None or block.kind != kind:
+            names = ", ".join(b.label for b in self._blocks.values() if b.kind == kind) or "none"
+            what = "skill" if kind == "skill" else "searchable"
+            raise ConfigurationError(f"{label!r} is not a {what} block ({what} blocks: {names})")
+        return block
+
+    async def _messages(self) -> list[UIMessage]:
+        return list(self._history()) if self._history is not None else await self.store.load_messages()
+
+    async def _restore_skills(self) -> set[tuple[str, str]]:
+        if self._loaded_skills is None:
+            self._loaded_skills = loaded_skills(await self._messages())
+        return self._loaded_skills
+
+    async def _apply_unloads(self) -> None:
+        """Rewrite the latest ``load_context`` output of each pending unload; keep the ones not stored yet."""
+        history = await self._messages()
+        for label, key in list(self._pending_unloads):
+            for message in reversed(history):
+                changed = unloaded(message, label, key)
+                if changed is not None:
+                    if self._rewrite is not None:
+                        await self._rewrite(changed)
+                    else:
+                        await self.store.update_message(changed)
+                    self._pending_unloads.discard((label, key))
+                    break
 
     async def _read(self, block: Block) -> str:
         if block.provider is None:
@@ -482,16 +541,16 @@ class Session:
 
     async def _render_block(self, block: Block) -> str:
         text = await self._read(block)
-        if not text and not block.writable:
-            return ""  # an empty read-only block tells the model nothing; a writable one says it can be written
+        if not text and not block.writable and not block.keyed:
+            return ""  # an empty read-only block tells the model nothing; the others say what it can do with them
         tokens = await self._text_tokens(text)
-        # As the reference's renderPrompt: the usage when the block has a budget, then what the model may do with
-        # it (``[searchable]`` and ``[loadable]`` are for kinds of block we do not have).
+        # As the reference's renderPrompt: the usage when the block has a budget, then what the model may do with it.
         header = block.label.upper() + (f" ({block.description})" if block.description else "")
         if block.max_tokens:
             percent = (tokens * 100 + block.max_tokens // 2) // block.max_tokens  # rounded half up
             header += f" [{percent}% — {tokens}/{block.max_tokens} tokens]"
-        header += " [writable]" if block.writable else " [readonly]"
+        tags = {"search": " [searchable]", "skill": " [loadable]"}
+        header += tags.get(block.kind) or (" [writable]" if block.writable else " [readonly]")
         if block.max_tokens is not None and tokens > block.max_tokens:
             text = (
                 await self._truncate(text, block.max_tokens) + f"\n[truncated to {block.max_tokens} of {tokens} tokens]"

@@ -1,5 +1,8 @@
 """The parts a ``Session`` keeps: context blocks, compaction overlays, and where overlays fall on the path.
 
+Also the inputs of the model's context tools (``set_context``, ``load_context``, ``unload_context``,
+``search_context``) and ``make_block``, the rules a block's options must follow.
+
 Plain data and pure functions: ``session.py`` holds the state and the store writes, this module what it is made of.
 """
 
@@ -15,17 +18,21 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from .compaction import COMPACTION_PREFIX, CompactionResult
+from .context_providers import BlockKind, provider_kind
 from .errors import ConfigurationError
 from .messages import UIMessage
 
 __all__ = [
     "Block",
+    "KeyedInput",
     "Overlay",
+    "SearchContextInput",
     "SetContextInput",
     "Span",
     "as_result",
     "hidden_count",
     "layout_hash",
+    "make_block",
     "resolve",
     "spans_on_path",
     "takes_context",
@@ -48,10 +55,58 @@ class Block:
     max_tokens: int | None
     writable: bool
     content: str | None  # the static text, or a store-backed block's text until its first write
-    provider: Any  # None, a callable, or an object with get() / set()
+    provider: Any  # None, a callable, or an object with get() (and set / load / search: context_providers)
+    kind: BlockKind = "text"
+
+    @property
+    def keyed(self) -> bool:
+        """Whether writes go to an entry by key (skills, search) rather than replace the block's text."""
+        return self.kind != "text"
 
     def layout(self) -> list[Any]:
-        return [self.label, self.description, self.max_tokens, self.writable]
+        return [self.label, self.description, self.max_tokens, self.writable, self.kind]
+
+
+def make_block(
+    label: str,
+    content: str | None,
+    provider: Any,
+    description: str | None,
+    max_tokens: int | None,
+    writable: bool | None,
+) -> Block:
+    """The block ``with_context`` describes, or ``ConfigurationError`` saying which option is wrong."""
+    if not isinstance(label, str) or not label.strip():
+        raise ConfigurationError(f"a context block needs a non-empty label, got {label!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0):
+        raise ConfigurationError(f"context block {label!r}: max_tokens must be a positive int, got {max_tokens!r}")
+    if content is not None and provider is not None:
+        raise ConfigurationError(f"context block {label!r}: give content= or provider=, not both")
+    kind: BlockKind = "text"
+    if provider is not None:
+        if callable(getattr(provider, "get", None)):
+            kind = provider_kind(provider)
+            settable = callable(getattr(provider, "set", None))
+            if writable and not settable:
+                needs = "set(content)" if kind == "text" else "set(key, content, ...)"
+                raise ConfigurationError(f"context block {label!r}: a writable provider needs {needs}")
+            writable = settable if writable is None else writable
+        elif callable(provider):
+            if writable:
+                raise ConfigurationError(f"context block {label!r}: a callable provider is read-only")
+            writable = False
+        else:
+            raise ConfigurationError(f"context block {label!r}: a provider is a callable or has get()")
+        init = getattr(provider, "init", None)
+        if callable(init):
+            init(label)
+    elif content is None:
+        if writable is False:
+            raise ConfigurationError(f"context block {label!r} is read-only but has no content or provider")
+        writable = True
+    else:
+        writable = bool(writable)
+    return Block(label, description, max_tokens, writable, content, provider, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +148,22 @@ class SetContextInput(BaseModel):
     label: str
     content: str
     action: Literal["replace", "append"] = "replace"
+    key: str | None = None  # keyed blocks (skills, search): the entry to write
+    description: str | None = None  # skills: the entry's one-line description
+
+
+class KeyedInput(BaseModel):
+    """``load_context`` / ``unload_context``: a skill block's label and the skill's key."""
+
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    key: str
+
+
+class SearchContextInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    label: str
+    query: str
 
 
 def takes_context(fn: Callable[..., Any]) -> bool:

@@ -46,8 +46,9 @@ _UPSERT = (
 _CANCEL_FIRES = (
     f"UPDATE {_F} SET status = 'cancelled', wake_at = NULL WHERE agent = $1 AND task_id = $2 AND status IN {_OPEN}"
 )
-# Tables made per pool: a pool object of one loop in one process.
-_ready: dict[int, asyncio.Task[None]] = {}
+# Tables made per pool (a pool of one loop in one process). The pool is kept beside its id, so that a new pool
+# that happens to get a closed one's id is never taken for it.
+_ready: dict[int, tuple[Any, asyncio.Task[None]]] = {}
 
 
 def _task(row: Any) -> TaskRecord:
@@ -87,10 +88,10 @@ class PostgresScheduleStore:
     async def _pool(self) -> Any:
         try:
             pool = await shared_pool(self._url)
-            made = _ready.get(id(pool))
-            if made is None or (made.done() and made.exception() is not None):
-                made = _ready[id(pool)] = asyncio.get_running_loop().create_task(_create_tables(pool))
-            await asyncio.shield(made)
+            entry = _ready.get(id(pool))
+            if entry is None or entry[0] is not pool or (entry[1].done() and entry[1].exception() is not None):
+                entry = _ready[id(pool)] = (pool, asyncio.get_running_loop().create_task(_create_tables(pool)))
+            await asyncio.shield(entry[1])
         except (asyncpg.PostgresError, OSError) as exc:
             raise StoreError(f"schedule store {redact_url(self._url)}: {exc}") from exc
         return pool

@@ -33,7 +33,7 @@ from .models import ModelClient
 from .observability import Event
 from .schedule import AgentSchedules, ScheduledTask
 from .session import Session
-from .store import LATEST, MemoryStore, Store, agent_path, check_store_url, validate_agent_name
+from .store import LATEST, MemoryStore, MessageHit, Store, agent_path, check_store_url, validate_agent_name
 from .tools import ClientToolSchema, Tool, ToolContext, client_tool
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
@@ -358,6 +358,14 @@ class Think(LifecycleHooks, DurableEntryPoints):
         """Start the agent if needed and return its transcript."""
         await self._engine.ensure_started()
         return self.get_messages()
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """Start the agent if needed and search every message it stored (``Session.search``): stemmed full text,
+        best first; ``ConfigurationError`` for a blank query or a limit outside 1..1000."""
+        await self._engine.ensure_started()
+        session = self._engine.session
+        assert session is not None  # set by the start
+        return await session.search(query, limit=limit)
 
     def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         """Abort a queued or running turn; False when the id is unknown or finished."""

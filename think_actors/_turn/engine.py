@@ -167,6 +167,7 @@ class Engine:
             self.session.on_compaction(create_compact_function(self.summarize))
         self.session.set_default_token_counter(self.count_tokens)
         await self.session.load()
+        self.session.attach_history(lambda: self.messages, self.replace)  # an unload rewrites the transcript too
         self.messages = await self.store.load_messages()
         await self._restore_turn_context()
         await self.interactions.restore()

@@ -27,6 +27,7 @@ from ..mcp import McpServerConfig, McpServerState
 from ..messages import UIMessage, new_id
 from ..observability import Event
 from ..schedule import TaskInfo
+from ..store import MessageHit
 from ..submissions import Submission
 from ..tools import Tool, ToolContext
 from .calls import _call, _hibernated, _unwrap, call_actor_method
@@ -197,6 +198,11 @@ class AgentHandle:
     async def get_messages(self) -> list[UIMessage]:
         messages: list[UIMessage] = await self._invoke("get_messages")
         return messages
+
+    async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
+        """``Think.search_messages`` on the actor (woken if it hibernates): its stored messages matching ``query``."""
+        hits: list[MessageHit] = await self._forward("search_messages", query, limit=limit)
+        return hits
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         return bool(await self._invoke("cancel_chat", request_id, reason))

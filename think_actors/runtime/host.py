@@ -62,6 +62,7 @@ _FORWARDED_METHODS = frozenset(
         "submit_messages",
         "inspect_submission",
         "list_submissions",
+        "search_messages",
         "cancel_submission",
         "delete_submission",
         "delete_submissions",

@@ -6,8 +6,10 @@ the agent named ``mcp``). The call runs a turn of that agent, as a chat over the
 result is the reply's text plus structured content ``{agent, name, requestId, messageId, status}``. While the turn
 streams, a client that sent a progress token gets a progress notification per text delta and per tool call. An
 unknown tool (agent class), a bad agent name, a bad input and a failed or aborted turn are tool errors
-(``isError``) whose text says what happened. Not built: a client's ``notifications/cancelled`` does not stop the
-turn (in stateless mode it reaches a fresh server that never saw the call); the turn runs to its end and is stored.
+(``isError``) whose text says what happened. Not built: a client that gives up on a call (a timeout, a cancel)
+does not stop the turn, which runs to its end and is stored. Over stateless HTTP the client's
+``notifications/cancelled`` reaches a fresh server that never saw the call (and SDK 2.3's runner logs "no handler"
+for it even within a session); the call's own stream stays open until the reply, so no disconnect is seen either.
 
 Two ways to serve it, one server (the official SDK's low-level ``Server``, no hand-written JSON-RPC):
 

@@ -49,7 +49,7 @@ from .session_parts import (
     takes_context,
     view_bounds,
 )
-from .session_skills import entry_key, loaded_skills, unloaded
+from .session_skills import entry_key, loaded_skills, unloaded, without_skills
 from .session_tools import context_tools
 from .store import MessageHit, Store
 from .tools import Tool
@@ -319,8 +319,8 @@ class Session:
 
     async def unload_context(self, label: str, key: str) -> str:
         """Unload a loaded skill: the output of the ``load_context`` call that loaded it becomes
-        ``[skill unloaded: key]`` in the history. A skill loaded in the running turn is rewritten once that turn's
-        reply is stored (checked when the next turn renders its system prompt)."""
+        ``[skill unloaded: key]`` in the history, from the next turn on. A load in the running turn is rewritten
+        once its reply is stored (the next turn's model view and system prompt apply it)."""
         self._keyed_block(label, "skill")
         skills = await self._restore_skills()
         if (label, key) not in skills:
@@ -412,7 +412,8 @@ class Session:
         it are ignored for this choice.
         """
         spans = spans_on_path(messages, self._overlays)
-        return self._view(messages, spans) if spans else list(messages)
+        view = self._view(messages, spans) if spans else list(messages)
+        return without_skills(view, self._pending_unloads) if self._pending_unloads else view
 
     async def compact(
         self, messages: list[UIMessage], *, reason: CompactionReason = "manual", request_id: str | None = None

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from .messages import ToolPart, UIMessage
 
-__all__ = ["LOAD_TOOL", "UNLOAD_TOOL", "entry_key", "loaded_skills", "unload_marker", "unloaded"]
+__all__ = ["LOAD_TOOL", "UNLOAD_TOOL", "entry_key", "loaded_skills", "unload_marker", "unloaded", "without_skills"]
 
 LOAD_TOOL = "load_context"
 UNLOAD_TOOL = "unload_context"
@@ -74,6 +74,18 @@ def unloaded(message: UIMessage, label: str, key: str) -> UIMessage | None:
             changed = True
         parts.append(part)
     return message.model_copy(update={"parts": tuple(parts)}) if changed else None
+
+
+def without_skills(messages: list[UIMessage], skills: Iterable[tuple[str, str]]) -> list[UIMessage]:
+    """``messages`` with every ``load_context`` output of ``skills`` replaced by its marker (what the model sees of
+    an unload whose rewrite has not been stored yet)."""
+    skills = list(skills)
+    out = []
+    for message in messages:
+        for label, key in skills:
+            message = unloaded(message, label, key) or message
+        out.append(message)
+    return out
 
 
 def entry_key(title: str | None, content: str) -> str:

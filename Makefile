@@ -7,6 +7,9 @@ STAMP := $(VENV)/.installed-$(shell cat requirements/lock.txt pyproject.toml | s
 BENCH_VENV := .venv-bench
 BENCH_PY := $(BENCH_VENV)/bin/python
 BENCH_STAMP := $(BENCH_VENV)/.installed-$(shell cat requirements/lock.txt requirements/bench-peers.txt pyproject.toml | sha256sum | cut -c1-12)
+# Arize Phoenix, the trace backend the end-to-end tracing test starts, has its own venv too (~850 MB, its own stack).
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(shell cat requirements/phoenix.txt | sha256sum | cut -c1-12)
 # The real-client protocol test runs the npm agents package: where npm exists, `make test` installs the pinned
 # Node packages (tests/node/package-lock.json) itself; without npm that one test is skipped (and fails under CI).
 NPM := $(shell command -v npm 2>/dev/null)
@@ -36,6 +39,13 @@ $(BENCH_STAMP): requirements/lock.txt requirements/bench-peers.txt pyproject.tom
 	$(BENCH_PY) scripts/check_site_packages.py
 	@rm -f $(BENCH_VENV)/.installed-* && touch $(BENCH_STAMP)
 
+$(PHOENIX_STAMP): requirements/phoenix.txt
+	@test -x $(PHOENIX_VENV)/bin/python || $(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
+		-r requirements/phoenix.txt
+	$(PHOENIX_VENV)/bin/python scripts/check_site_packages.py
+	@rm -f $(PHOENIX_VENV)/.installed-* && touch $(PHOENIX_STAMP)
+
 ifneq ($(NPM),)
 $(NODE_STAMP): tests/node/package-lock.json
 	$(NPM) ci --prefix tests/node --no-audit --no-fund --ignore-scripts >/dev/null
@@ -54,7 +64,7 @@ demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt
 serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="--app mymodule --port 8787 --local")
 	$(VENV)/bin/think-actors serve $(ARGS)
 
-test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) ## Run the whole test suite, Ray tests included
+test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) $(PHOENIX_STAMP) ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)
 
 lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the layers of docs/architecture.md)
@@ -79,5 +89,5 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)
 
-clean: ## Remove .venv, .venv-bench and caches
-	rm -rf $(VENV) $(BENCH_VENV) .pytest_cache .mypy_cache .ruff_cache
+clean: ## Remove .venv, .venv-bench, .venv-phoenix and caches
+	rm -rf $(VENV) $(BENCH_VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache

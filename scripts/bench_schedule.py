@@ -12,7 +12,7 @@ Two measurements, each printed as one JSON line:
     (its ``on_submission_status`` hook, reported to one recorder actor) minus the occurrence's. Waking an agent is
     starting a Ray actor (about 2-4 per second on 2 cores, stack-notes), so with more agents due per second than
     the node can start, lateness grows with the queue: the figure says so rather than hiding it. Also printed:
-    how many agents are resident at the end (after ``--settle-s``) and the node's Python processes.
+    how many agents are resident at the end (after ``--settle-s``) and how many actor processes are alive.
 
 Usage: python scripts/bench_schedule.py [--mode scheduler|agents|both] [--tasks 10000] [--agents 10000]
        [--window-s 60] [--store URL]
@@ -35,7 +35,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil
 import ray
 
 import think_actors as ta
@@ -117,8 +116,9 @@ class Sleeper(ta.Think):
             await recorder.record.remote(self.path, facts["scheduled_for"], time.time())
 
 
-def python_processes() -> int:
-    return sum(1 for p in psutil.process_iter(["name"]) if (p.info["name"] or "").startswith(("python", "ray::")))
+def actor_processes() -> int:
+    """Alive actors of this Ray (each is a process): the agents, the scheduler, the recorder, model servers."""
+    return sum(1 for actor in ray._private.state.actors().values() if actor["State"] == "ALIVE")
 
 
 async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: float) -> dict[str, Any]:
@@ -135,7 +135,7 @@ async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: fl
         await schedules_of(handle).schedule(start + random.uniform(0, window_s) - time.time(), "wake up", task_id="t")
         handles.append(handle)
     write_s = time.time() - (start - lead_s)
-    processes_before = python_processes()
+    processes_before = actor_processes()
     deadline = start + window_s + max(600.0, agents / 2.0)
     seen: dict[str, tuple[float, float]] = {}
     while time.time() < deadline:
@@ -152,8 +152,8 @@ async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: fl
         **summary([at - due for due, at in seen.values()], agents),
         "resident_at_end": listing.resident,
         "addressable": listing.addressable,
-        "python_processes_before": processes_before,
-        "python_processes_at_end": python_processes(),
+        "actor_processes_after_scheduling": processes_before,
+        "actor_processes_at_end": actor_processes(),
     }
     ray.kill(scheduler, no_restart=True)
     ta.shutdown()

@@ -97,6 +97,28 @@ def system_pids() -> dict[str, list[int]]:
     return found
 
 
+def thread_cpu(pids: list[int]) -> dict[str, float]:
+    """CPU seconds of the processes' threads, summed by thread name (Linux ``/proc/<pid>/task/<tid>/stat``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    by_name: dict[str, float] = {}
+    for pid in pids:
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            name = "python (event loop, main)" if tid == str(pid) else name.rstrip("0123456789")
+            fields = stat[stat.rindex(")") + 2 :].split()
+            by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return by_name
+
+
 def cpu_seconds(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -136,11 +158,16 @@ async def converse_all(targets: list[Any], turn: Any, turns: int, pids: list[int
             latencies.append(time.perf_counter() - began)
 
     system = system_pids()
+    threads_before = thread_cpu(pids)
     before = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
     began = time.perf_counter()
     await asyncio.gather(*(converse(t) for t in targets))
     elapsed = time.perf_counter() - began
     after = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
+    threads_after = thread_cpu(pids)
+    spent = {k: (v - threads_before.get(k, 0.0)) / len(latencies) * 1e3 for k, v in threads_after.items()}
+    top = sorted(spent.items(), key=lambda kv: -kv[1])[:6]
+    print("    actor CPU per turn by thread: " + ", ".join(f"{k} {v:.2f} ms" for k, v in top), flush=True)
     row = {
         "turns_per_s": len(latencies) / elapsed,
         "p50": percentile(latencies, 50),
@@ -195,6 +222,9 @@ def print_profile(directory: str, top: int = 30) -> None:
     print(f"profile of {len(files)} agent processes (their event loop's thread), by own time:", flush=True)
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(top)
+    # Who pays the hot spots seen on 2026-12-01: lazy pydantic builds, hand-offs to threads, metrics, SQLite.
+    stats.sort_stats("tottime").print_callers(r"model_rebuild|SimpleQueue|thread.py.*submit|metrics.py.*_record")
+    stats.print_callers(r"method 'execute' of 'sqlite3")
 
 
 def provision(addressable: int) -> tuple[list[Any], float]:

@@ -29,6 +29,7 @@ from .chunks import (
     UIChunk,
     parse_chunk,
 )
+from .context_providers import HistorySearch, Skill, SkillSet
 from .delegation import AgentRunResult, LocalAgentHandle, actor_tool, agent_tool
 from .errors import (
     AgentCycleError,
@@ -100,7 +101,7 @@ from .schedule import (
     every,
 )
 from .session import Session
-from .store import MemoryStore, SQLiteStore, Store, open_store
+from .store import MemoryStore, MessageHit, SQLiteStore, Store, open_store
 from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, tool
 from .tracing import TracingConfig
@@ -158,6 +159,7 @@ __all__ = [
     "Fail",
     "FinishChunk",
     "FinishStepChunk",
+    "HistorySearch",
     "InvalidAgentNameError",
     "LocalAgentHandle",
     "LocalScheduler",
@@ -166,6 +168,7 @@ __all__ = [
     "ManualClock",
     "MemoryStore",
     "MessageAccumulator",
+    "MessageHit",
     "ModelClient",
     "ModelConnectionError",
     "ModelError",
@@ -187,6 +190,8 @@ __all__ = [
     "ScheduledTaskContext",
     "ScriptError",
     "Session",
+    "Skill",
+    "SkillSet",
     "StartChunk",
     "StartStepChunk",
     "StepConfig",

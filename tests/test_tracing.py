@@ -17,16 +17,20 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from test_gateway import Helper, frames_until_done, request, user
 from test_recovery import WAIT_S, Effects, crash, restart
 
 import think_actors as ta
 from think_actors import tracing
 from think_actors.errors import ConfigurationError, ProviderError
+from think_actors.gateway import Gateway, LocalDirectory
 from think_actors.testing import ScriptedModel, error, text, tool_call
 
 EXPORTER = InMemorySpanExporter()
@@ -400,3 +404,22 @@ def test_the_otlp_exporter_needs_the_extra_and_says_so(monkeypatch: pytest.Monke
     with pytest.raises(ConfigurationError, match=r"pip install 'think_actors\[otel\]'"):
         tracing.configure(ta.TracingConfig())
     assert tracing.configure(False) is None
+
+
+async def test_a_gateway_chat_request_is_a_server_span_over_the_agents_turn(spans: InMemorySpanExporter) -> None:
+    directory = LocalDirectory([Helper], model=ScriptedModel([text("Hello there")]), store=ta.MemoryStore())
+    client = TestClient(TestServer(Gateway(directory).app()))
+    await client.start_server()
+    try:
+        ws = await client.ws_connect("/agents/helper/c1")
+        await greeting(ws)
+        await ws.send_str(request("req-1", user("hi", "u1")))
+        await frames_until_done(ws, "req-1")
+    finally:
+        await client.close()
+    assert tree(spans) == [(0, "chat_request helper/c1"), (1, "invoke_agent Helper"), (2, "chat scripted")]
+    (served,) = named(spans, "chat_request helper/c1")
+    assert served.kind is trace.SpanKind.SERVER
+    assert dict(served.attributes or {}) == {"think_actors.request_id": "req-1"}
+    (turn,) = named(spans, "invoke_agent Helper")
+    assert (turn.attributes or {})["think_actors.request_id"] == "req-1"

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import tracing
 from ..messages import UIMessage
 from . import protocol
 from .protocol import FrameError
@@ -166,11 +167,17 @@ class ChatTurns(Relays):
                 if "clientTools" in body:  # stored, as Think's WS path: continuations offer them, calls wait
                     await agent.set_client_tools(client_tools or [])
                 branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
-                stream = agent.chat(
-                    [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
-                )
-                origin = protocol.origin_message_ids(body["messages"])
-                await self._pump(room, agent, request_id, stream, continuation=False, origin=origin, started=started)
+                # The socket's request is the trace's root span; the agent's turn (its actor's) is its child.
+                with tracing.operation(
+                    f"chat_request {room.key}", {tracing.names.REQUEST_ID: request_id}, kind="server"
+                ):
+                    stream = agent.chat(
+                        [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
+                    )
+                    origin = protocol.origin_message_ids(body["messages"])
+                    await self._pump(
+                        room, agent, request_id, stream, continuation=False, origin=origin, started=started
+                    )
         finally:
             started.set()
             room.in_flight -= 1

@@ -197,5 +197,6 @@ def _screenshot(url: str, trace_id: str) -> None:
         page = browser.new_page(viewport={"width": 1400, "height": 800})
         page.goto(f"{url}/projects/{project_id}/traces/{trace_id}", wait_until="networkidle")
         page.get_by_text("invoke_agent Lead").first.wait_for(timeout=60_000)
+        page.get_by_text("gen_ai.operation.name").first.wait_for(timeout=60_000)  # the root span's attributes
         page.screenshot(path=os.environ["THINK_ACTORS_TRACE_SCREENSHOT"])
         browser.close()

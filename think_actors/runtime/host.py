@@ -210,6 +210,7 @@ class AgentHost:
             log.exception("closing agent %s to hibernate failed", self.path)
         registry.mark_hibernated(self.config.namespace, self.path)
         log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
+        await asyncio.to_thread(tracing.flush, 5.0)  # the spans of its last turns leave with it, not after
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 
     def _enter(self, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None) -> None:

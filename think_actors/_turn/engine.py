@@ -24,7 +24,7 @@ from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
 from ..session import Session
 from ..store import STORE_ENV, SQLiteStore, Store, open_store
-from ..tools import Tool, ToolContext, class_tools
+from ..tools import ClientToolSchema, Tool, ToolContext, class_tools, client_tool
 from .abort import AbortRegistry
 from .convert import to_model_messages
 from .ports import InteractionsPort, RecoveryPort, SubmissionsPort
@@ -197,8 +197,6 @@ class Engine:
             )
 
     async def _restore_turn_context(self) -> None:
-        from ..tools import ClientToolSchema, client_tool
-
         stored = await self.store.get_kv(_TURN_CONTEXT_KEY)
         if isinstance(stored, dict):
             self.last_body = stored.get("body") or None

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
 from .redact import redact_url
+from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .protocol import Store
@@ -64,8 +65,6 @@ def open_store(url: str, agent_path: str) -> Store:
     """The store of the agent ``agent_path`` that ``url`` names (nothing connects until its first use)."""
     url = check_store_url(url)
     if url.startswith("sqlite:"):
-        from .sqlite import SQLiteStore
-
         return SQLiteStore.for_agent(url[len("sqlite://") :], agent_path)
     # Imported here: asyncpg loads only in processes that use PostgreSQL.
     from .postgres import PostgresStore

@@ -75,7 +75,7 @@ lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the lay
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale; MCP tool call vs plain tool; tracing off/on
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale; MCP tool call vs plain tool; tracing off/on; scheduled prompts
 	$(PY) scripts/bench_turn.py
 	$(BENCH_PY) scripts/bench_peers.py
 	$(PY) scripts/bench_model_path.py
@@ -86,6 +86,7 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 	$(PY) scripts/bench_scale.py
 	$(PY) scripts/bench_mcp.py
 	$(PY) scripts/bench_tracing.py
+	$(PY) scripts/bench_schedule.py
 
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)

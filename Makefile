@@ -86,7 +86,7 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 	$(PY) scripts/bench_scale.py
 	$(PY) scripts/bench_mcp.py
 	$(PY) scripts/bench_tracing.py
-	$(PY) scripts/bench_schedule.py
+	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200  # 10,000 woken agents take an hour here (2-4 actor starts/s)
 
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)

@@ -6,7 +6,8 @@
 (b) Throughput (issue 22): for each N of ``--agents`` (default 100,200), N resident agents x ``--turns`` turns each,
     every agent's turns one after another and all agents at once, with a model that waits 200 ms per step as a
     provider would (then 20 chunks), side by side with N bare async Ray actors answering a streamed call of the
-    same shape (200 ms, then the 20 chunks in one batch): turns/s and p99 as ratios to the bare actors' (targets
+    same shape (200 ms, then the 20 chunks in one batch; all bare runs first, then all agent runs, one population on
+    the node at a time): turns/s and p99 as ratios to the bare actors' (targets
     >= 0.9x and <= 1.3x), the CPU seconds per turn of the actors' processes, the driver and Ray's raylet + GCS, and
     the unique memory (USS) of a resident agent's process against a bare actor's (target within 5 MiB).
 (c) Scale: ``--addressable`` agents provisioned (addressable, never started), then ``--wakes`` of them, picked at
@@ -183,27 +184,29 @@ def uss_mib(pids: list[int]) -> float:
 
 
 async def bench_throughput(sizes: list[int], turns: int, profile: bool) -> list[dict[str, float]]:
-    """For each N of ``sizes``: N bare actors, then N agents, the same turns (the largest N started once)."""
+    """For each N of ``sizes``, the same turns through N bare actors and N agents. The largest N of each is
+    started once and the smaller N run on a subset; the bare actors are gone before the agents start, so the
+    node holds one population at a time (200 processes are ≈11 GiB)."""
     most = max(sizes)
-    agent_class = ProfiledWorker if profile else Worker
     bare = await start_in_waves(lambda i: _started_bare(), most)
     bare_pids = [await a.pid.remote() for a in bare]
+    bare_rows = [await converse_all(bare[:n], bare_turn, turns, bare_pids[:n]) for n in sizes]
+    sample = random.sample(range(most), min(10, most))
+    bare_uss = uss_mib([bare_pids[i] for i in sample])
+    for actor in bare:
+        ray_kill(actor)
+    await asyncio.sleep(2)
+    agent_class = ProfiledWorker if profile else Worker
     handles = await start_in_waves(lambda i: ta.spawn(agent_class, f"tp-{i}"), most)
     agent_pids = [(await h.info())["pid"] for h in handles]
     rows = []
-    for n in sizes:
-        row_bare = await converse_all(bare[:n], bare_turn, turns, bare_pids[:n])
-        await asyncio.sleep(1)
+    for n, row_bare in zip(sizes, bare_rows, strict=True):
         row_agents = await converse_all(handles[:n], agent_turn, turns, agent_pids[:n])
-        await asyncio.sleep(1)
         rows.append({"n": n, **{f"bare_{k}": v for k, v in row_bare.items()}, **row_agents})
-    sample = random.sample(range(most), min(10, most))
     rows[-1]["uss_mib"] = uss_mib([agent_pids[i] for i in sample])
-    rows[-1]["bare_uss_mib"] = uss_mib([bare_pids[i] for i in sample])
+    rows[-1]["bare_uss_mib"] = bare_uss
     for handle in handles:
         await handle.kill(restart=False)
-    for actor in bare:
-        ray_kill(actor)
     return rows
 
 

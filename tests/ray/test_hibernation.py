@@ -52,6 +52,25 @@ async def test_an_idle_agent_hibernates_and_an_old_handle_wakes_it_with_its_hist
     assert registry.lookup("think_actors", agent.path).resident  # type: ignore[union-attr]
 
 
+async def test_an_old_handle_follows_an_agent_another_caller_woke(unique: str) -> None:
+    """A handle whose actor hibernated, after someone else woke the agent: its calls and its chats reach the new
+    actor (they used to fail: the registry said resident, and the handle kept calling the exited one)."""
+    old = await ta.spawn(Sleepy, unique)
+    await old.save_messages("first")
+    old_pid = (await old.info())["pid"]
+    await until_hibernated(old.path)
+    woken = await ta.get(Sleepy, unique)  # another caller wakes it
+    assert (await woken.info())["pid"] != old_pid
+    assert resident(old.path)
+
+    assert [m.text for m in await old.get_messages()] == ["first", "echo: first"]
+    await until_hibernated(old.path)
+    again = await ta.get(Sleepy, unique)
+    chunks = await old.chat("second").collect()  # a stream from the handle that fell behind twice
+    assert [c.delta for c in chunks if c.type == "text-delta"] == ["echo: second"]
+    assert (await old.info())["pid"] == (await again.info())["pid"]
+
+
 async def test_get_and_spawn_wake_a_hibernated_agent_and_list_agents_counts_it(unique: str) -> None:
     agent = await ta.spawn(Sleepy, unique)
     await agent.save_messages("remember me")

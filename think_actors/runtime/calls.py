@@ -33,14 +33,33 @@ async def _call(ref: Any) -> Any:
         raise _unwrap(err) from None
 
 
-def _hibernated(err: BaseException, path: str) -> bool:
-    """Whether a failed call never reached a live agent because the agent hibernates (safe to wake and resend)."""
+def _hibernated(err: BaseException, path: str, actor: Any = None) -> bool:
+    """Whether a failed call never reached a live agent because the agent hibernates (safe to wake and resend).
+
+    Also when the caller's ``actor`` is an incarnation that hibernated and another caller has woken the agent since
+    (the registry says resident, but the actor of that name is a new one): a hibernated actor was idle when it
+    exited, so nothing of the call ran, and waking adopts the running successor.
+    """
     if isinstance(err, RayTaskError) and isinstance(err.cause, AgentHibernatedError):
         return True
     if isinstance(err, ActorDiedError | RayActorError) and not isinstance(err, RayTaskError):
-        record = registry.lookup(_require_config().namespace, path)
-        return record is not None and not record.resident
+        namespace = _require_config().namespace
+        record = registry.lookup(namespace, path)
+        if record is None:
+            return False
+        if not record.resident:
+            return True
+        return actor is not None and _successor_of(actor, path, namespace)
     return False
+
+
+def _successor_of(actor: Any, path: str, namespace: str) -> bool:
+    """Whether the live actor named ``path`` is another actor than ``actor`` (a later incarnation)."""
+    try:
+        current = ray.get_actor(path, namespace=namespace)
+    except ValueError:
+        return False
+    return bool(current._actor_id != actor._actor_id)
 
 
 async def call_actor_method(target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:

@@ -96,7 +96,7 @@ class AgentHandle:
             try:
                 return await send()
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
-                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path):
+                if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path, self._actor):
                     await self._wake()
                     continue
                 raise _unwrap(err) from None

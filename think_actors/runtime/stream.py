@@ -21,6 +21,7 @@ class _Resumable(Protocol):
     """What a stream needs of its agent's handle: wake a hibernating agent, follow a resumed turn."""
 
     path: str
+    _actor: Any
 
     async def _wake(self) -> None: ...
 
@@ -78,7 +79,12 @@ class RemoteStream:
                 return
             except (RayTaskError, RayActorError, ActorUnavailableError) as err:
                 handle, restart = self._handle, self._restart
-                if not self._received and handle is not None and restart is not None and _hibernated(err, handle.path):
+                if (
+                    not self._received
+                    and handle is not None
+                    and restart is not None
+                    and _hibernated(err, handle.path, handle._actor)
+                ):
                     await handle._wake()  # nothing of the call ran: the agent was hibernating
                     self._generator = restart()
                     self._restart = None  # once

@@ -155,6 +155,18 @@ class Writer(ta.Think):
     model = ScriptedModel([text("A short report.")])
 
 
+@ta.tool(num_cpus=1)
+def crunch(n: int) -> int:
+    """Sum the numbers below n (a Ray task: it has resources)."""
+    with trace.get_tracer("user-code").start_as_current_span("inside the task"):
+        return sum(range(n))
+
+
+class Cruncher(ta.Think):
+    model = ScriptedModel([tool_call("crunch", {"n": 10}, id="c-1"), text("45")])
+    tools = (crunch,)
+
+
 class Lead(ta.Think):
     tools = [
         ta.agent_tool(Searcher, description="Search a topic."),
@@ -244,3 +256,24 @@ async def test_a_recovered_turn_after_a_real_crash_links_to_the_interrupted_trac
     before = [s for s in spans if s.trace_id == interrupted_trace]
     assert len(link_span) == 16 and int(link_span, 16) != 0
     assert {s.parent_id for s in before if s.name == "chat plan"} <= {link_span}
+
+
+@pytest.mark.timeout(120)
+async def test_a_task_tool_runs_under_its_tool_calls_span_in_the_tasks_process(
+    receiver: OtlpReceiver, unique: str
+) -> None:
+    agent = await ta.spawn(Cruncher, unique)
+    result = await agent.save_messages("crunch")
+    assert result.status == "completed"
+    spans = await receiver.until(lambda got: {"invoke_agent Cruncher", "inside the task"} <= {s.name for s in got})
+    (turn,) = [s for s in spans if s.name == "invoke_agent Cruncher"]
+    assert tree(spans, turn) == [
+        (0, "invoke_agent Cruncher"),
+        (1, "chat scripted"),
+        (1, "chat scripted"),
+        (1, "execute_tool crunch"),
+        (2, "run_task crunch"),
+        (3, "inside the task"),  # the user's own span, in the task, under ours
+    ]
+    (task,) = [s for s in spans if s.name == "run_task crunch"]
+    assert task.resource["process.pid"] != turn.resource["process.pid"]  # the task ran in another worker

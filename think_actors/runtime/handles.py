@@ -388,10 +388,22 @@ class _ActorRuntime:
         remote = self._task_functions.get(id(tool))
         if remote is None:
             remote = self._task_functions[id(tool)] = ray.remote(_run_tool_task).options(**tool.remote or {})
-        return _call(remote.remote(fn, kwargs))
+        trace = tracing.carrier()  # the task's span is a child of the tool call's, in the task's process
+        return _call(remote.remote(fn, kwargs, trace, self.config.tracing if trace else None))
 
 
-def _run_tool_task(fn: Any, kwargs: dict[str, Any]) -> Any:
+def _run_tool_task(
+    fn: Any, kwargs: dict[str, Any], trace: dict[str, str] | None = None, config: tracing.TracingConfig | None = None
+) -> Any:
+    if config is None:
+        return _run(fn, kwargs)
+    tracing.configure(config)  # a task's worker is no agent's: it traces as the agent that sent the task says
+    tracing.adopt(trace)
+    with tracing.operation(f"run_task {getattr(fn, '__name__', 'tool')}", {}):
+        return _run(fn, kwargs)
+
+
+def _run(fn: Any, kwargs: dict[str, Any]) -> Any:
     result = fn(**kwargs)
     if inspect.iscoroutine(result):
         result = asyncio.run(result)

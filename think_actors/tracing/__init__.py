@@ -16,8 +16,9 @@ The tree of one request (span names and ``gen_ai.operation.name`` as the GenAI s
     └── chat openai/gpt-4o-mini
 
 ``drain_submissions <Agent>`` holds the turns of queued submissions, ``recover <Agent>`` a recovered turn
-(whose span links to the interrupted turn's: the turn record keeps its ``traceparent``), and the gateway's
-``think_actors.gateway.request`` the turn a socket started. Across processes the span context travels as a plain
+(whose span links to the interrupted turn's: the turn record keeps its ``traceparent``), the gateway's
+``chat_request <class>/<name>`` (a server span) the turn a socket started, and ``run_task <fn>`` a tool that runs
+as a Ray task, in the task's worker. Across processes the span context travels as a plain
 dict of W3C trace-context headers (``carrier()`` in the caller, ``adopt()`` in the callee) with every remote
 call that can start a turn. Records of ``think_actors`` loggers carry ``trace_id`` / ``span_id`` (``log_ids``).
 """

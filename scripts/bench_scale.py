@@ -99,7 +99,11 @@ def system_pids() -> dict[str, list[int]]:
 
 
 def thread_cpu(pids: list[int]) -> dict[str, float]:
-    """CPU seconds of the processes' threads, summed by thread name (Linux ``/proc/<pid>/task/<tid>/stat``)."""
+    """CPU seconds of the processes' threads, summed by thread name (Linux ``/proc/<pid>/task/<tid>/stat``).
+
+    A thread is named for the process's title when it started: an async actor's event-loop thread is
+    ``ray::<Class>``, or ``ray::IDLE`` in an actor that took a warm worker (the loop started before the title).
+    """
     tick = os.sysconf("SC_CLK_TCK")
     by_name: dict[str, float] = {}
     for pid in pids:
@@ -114,7 +118,7 @@ def thread_cpu(pids: list[int]) -> dict[str, float]:
             except OSError:
                 continue
             name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            name = "python (event loop, main)" if tid == str(pid) else name.rstrip("0123456789")
+            name = "main thread" if tid == str(pid) else name.rstrip("0123456789")
             fields = stat[stat.rindex(")") + 2 :].split()
             by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return by_name

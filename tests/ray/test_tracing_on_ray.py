@@ -114,7 +114,7 @@ async def receiver(ray_runtime: Any) -> AsyncIterator[OtlpReceiver]:
     sink = OtlpReceiver()
     app = web.Application()
     app.router.add_post("/v1/traces", sink.handle)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)  # exporters keep their connections open
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -125,6 +125,8 @@ async def receiver(ray_runtime: Any) -> AsyncIterator[OtlpReceiver]:
     try:
         yield sink
     finally:
+        # The driver's spans go out first, while this loop still serves the receiver (flush blocks its thread).
+        await asyncio.to_thread(tracing.flush)
         ta.init(**same, tracing=False)
         await runner.cleanup()
 

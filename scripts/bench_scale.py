@@ -250,17 +250,20 @@ async def bench_wakes(picked: list[Any], pace_s: float) -> dict[str, float]:
         began = time.perf_counter()
         stream = handle.chat("wake up")
         await stream.__anext__()
-        latencies.append(time.perf_counter() - began)
+        latency = time.perf_counter() - began
+        latencies.append(latency)
         async for _ in stream:
             pass
         if os.environ.get("BENCH_SCALE_VERBOSE"):
-            print(f"    wake {latencies[-1] * 1e3:.0f} ms, pid {(await handle.info())['pid']}", flush=True)
+            print(f"    wake {latency * 1e3:.0f} ms, pid {(await handle.info())['pid']}", flush=True)
 
     tasks = []
     for handle in picked:
         tasks.append(asyncio.ensure_future(wake(handle)))
         await asyncio.sleep(pace_s)
-        most_resident = max(most_resident, ta.list_agents().resident)
+        # In a thread: listing 10,000 records takes the driver seconds, which would hold up the wakes' streams.
+        resident = await asyncio.to_thread(lambda: ta.list_agents().resident)
+        most_resident = max(most_resident, resident)
     await asyncio.gather(*tasks)
     return {
         "addressable": ta.list_agents().addressable,
@@ -372,6 +375,7 @@ async def main() -> None:
                 for i, (label, warm) in enumerate(passes):
                     if args.wake_ab:
                         ta.init(**init, warm_workers=warm)  # the same Ray; agents started from now on follow it
+                        await asyncio.sleep(10)  # an idle node's warm worker has booted before the first wake
                     sc = await bench_wakes(picked[i * args.wakes : (i + 1) * args.wakes], args.pace)
                     print(
                         f"(c) {sc['addressable']:.0f} addressable agents (provisioned in {provision_s:.1f} s), "

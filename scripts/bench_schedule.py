@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ray
 
 import think_actors as ta
+from think_actors.runtime.scheduler_actor import schedules_of
 from think_actors.schedule import AgentSchedules, FireRecord, Scheduler, open_schedule_store
-from think_actors.schedule.cluster import schedules_of
 
 
 def percentile(values: list[float], q: float) -> float:

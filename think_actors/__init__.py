@@ -121,7 +121,7 @@ def __getattr__(name: str) -> object:
 
         return getattr(runtime, name)
     if name == "start_scheduler":  # the cluster's scheduler actor: ray, like the runtime
-        from .schedule.cluster import start_scheduler
+        from .runtime.scheduler_actor import start_scheduler
 
         return start_scheduler
     if name == "PostgresStore":  # asyncpg loads only in processes that use PostgreSQL

@@ -101,7 +101,7 @@ async def until_delivered(url: str, path: str, count: int, timeout_s: float) -> 
 async def scenario(cluster: Cluster, worker: Any, store_url: str) -> dict[str, Any]:
     head_id, worker_id = cluster.head_node.node_id, worker.node_id
     label = {head_id: "head", worker_id: "w1"}
-    from think_actors.schedule.cluster import start_scheduler
+    from think_actors.runtime.scheduler_actor import start_scheduler
 
     main = await start_scheduler(poll_s=0.3, node_id=worker_id)
     rival = await start_scheduler(poll_s=0.3, node_id=head_id, name="think_actors.scheduler.rival")

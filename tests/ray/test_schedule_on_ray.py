@@ -15,7 +15,7 @@ from ray_agents import EchoModel
 
 import think_actors as ta
 from think_actors import registry
-from think_actors.schedule.cluster import SCHEDULER_NAME, schedules_of
+from think_actors.runtime.scheduler_actor import SCHEDULER_NAME, schedules_of
 
 pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
 

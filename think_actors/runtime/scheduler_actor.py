@@ -22,11 +22,13 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..runtime import AgentHandle, RuntimeConfig, _process_setup, _require_config
-from .client import AgentSchedules
-from .scheduler import Scheduler, deliver_to
-from .store import ScheduleStore, open_schedule_store
-from .tasks import FireRecord
+from ..schedule.client import AgentSchedules
+from ..schedule.scheduler import Scheduler, deliver_to
+from ..schedule.store import ScheduleStore, open_schedule_store
+from ..schedule.tasks import FireRecord
+from .config import RuntimeConfig, _require_config
+from .handles import AgentHandle
+from .host import _process_setup
 
 __all__ = ["SCHEDULER_NAME", "SchedulerActor", "schedules_of", "start_scheduler"]
 
@@ -100,6 +102,6 @@ async def start_scheduler(
 
 def schedules_of(handle: AgentHandle) -> AgentSchedules:
     """An agent's scheduled tasks, read and written from a driver without waking the agent (``handle.schedule``
-    wakes it; this does not): ``await ta.schedule.cluster.schedules_of(handle).schedule(60, "ping")``."""
+    wakes it; this does not): ``await ta.runtime.scheduler_actor.schedules_of(handle).schedule(60, "ping")``."""
     config = _require_config()
     return AgentSchedules(open_schedule_store(config.store_url, config.data_dir), handle.path, handle.class_name)

@@ -14,7 +14,8 @@
     random, woken by a chat at a fixed pace slower than the node starts actors; each hibernates 2 s after its
     turn. Wake latency (the call to the first chunk) p50/p99 (targets 300 / 600 ms) and the most agents resident
     at once (a few at most; every other agent lives only in its store). ``--wake-ab`` runs it twice in one Ray,
-    first with no warm worker processes (``ta.init(warm_workers=0)``), then with the default one per node.
+    first with no warm worker processes (``ta.init(warm_workers=0)``, as (a) and (b) then run too), then with the
+    default one per node.
 
 The last lines are the issue's rows side by side with their targets, and the machine's 1-minute load average
 (over 2 on this 2-core machine: other work shared it, and the absolute figures are slower than a quiet run's).

@@ -23,6 +23,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import names
 
@@ -43,6 +44,7 @@ __all__ = [
 ]
 
 _tracer = trace.get_tracer("think_actors")
+_W3C = TraceContextTextMapPropagator()  # a stored traceparent is W3C's, whatever OTEL_PROPAGATORS says
 _capture = False
 _node_id: str | None = None
 
@@ -57,7 +59,7 @@ def set_process(*, capture_content: bool, node_id: str | None) -> None:
 def _links(parents: Sequence[str]) -> list[Link]:
     links = []
     for value in parents:
-        context = trace.get_current_span(propagate.extract({"traceparent": value})).get_span_context()
+        context = trace.get_current_span(_W3C.extract({"traceparent": value})).get_span_context()
         if context.is_valid:
             links.append(Link(context, {names.LINK_REASON: "recovers"}))
     return links
@@ -247,7 +249,11 @@ def carrier() -> dict[str, str]:
 
 
 def traceparent() -> str | None:
-    return carrier().get("traceparent")
+    """The current span as a W3C ``traceparent`` (what a turn record keeps for a later recovery's link)."""
+    headers: dict[str, str] = {}
+    if trace.get_current_span().get_span_context().is_valid:
+        _W3C.inject(headers)
+    return headers.get("traceparent")
 
 
 def adopt(headers: Mapping[str, str]) -> None:

@@ -7,7 +7,9 @@ type, as in the reference::
     chat:*                                 -> agents:chat         (turn start/finish, chat:request:failed,
                                                                    chat:context:compacted, ...)
     message:* | tool:* | submission:*      -> agents:message      (message:error for in-band stream errors,
-                                                                   message:clear after clear())
+    | mcp:* (anything else)                                        message:clear after clear(),
+                                                                   mcp:servers:changed when an MCP server's
+                                                                   state or tools change)
     stream:*                               -> agents:stream       (stream:start: a turn nothing else follows,
                                                                    attachable; chunks are kept only while
                                                                    this channel has a subscriber)

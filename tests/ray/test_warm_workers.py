@@ -24,14 +24,26 @@ def _registered(pid: int) -> bool:
         return False
 
 
+def _cpu_ticks(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return -1
+    return int(fields[11]) + int(fields[12])
+
+
 async def _warm_worker(within_s: float = 120.0) -> set[int]:
-    """The node's registered idle workers of this job, once there is one (a worker takes seconds to boot)."""
+    """The node's idle workers of this job once one has booted: titled ``ray::IDLE`` (it names itself before it
+    has registered with the raylet) and done computing (its set-up hook, which runs after the registration, has
+    ended: no CPU over half a second). A worker takes seconds to boot on a busy machine."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        ready = {pid for pid in _warm.idle_workers() or [] if _registered(pid)}
-        if ready:
-            return ready
-        await asyncio.sleep(0.2)
+        titled = {pid: _cpu_ticks(pid) for pid in _warm.idle_workers() or [] if _registered(pid)}
+        await asyncio.sleep(0.5)
+        booted = {pid for pid, ticks in titled.items() if ticks >= 0 and _cpu_ticks(pid) == ticks}
+        if booted:
+            return booted
     raise AssertionError(f"no warm worker of this job on the node after {within_s:.0f} s")
 
 

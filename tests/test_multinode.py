@@ -45,9 +45,10 @@ def marked_processes(run: str) -> list[int]:
     return found
 
 
-def reap(run: str, grace_s: float = 20.0) -> list[int]:
-    """Wait for the run's processes to exit (workers notice their raylet's end within seconds), then kill the
-    rest; returns the ones that had to be killed."""
+def reap(run: str, grace_s: float = 45.0) -> list[int]:
+    """Wait for the run's processes to exit (workers notice their raylet's end within seconds; a worker still
+    booting when its raylet ends, such as a warm worker being pre-started, only once its boot reaches the raylet,
+    which takes tens of seconds on a loaded machine), then kill the rest; returns the ones that had to be killed."""
     deadline = time.monotonic() + grace_s
     while (left := marked_processes(run)) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -60,6 +60,7 @@ async def _echo(text: str) -> str:
 
 class Bench(ta.Think):
     tools = [ta.tool(_echo, name="echo")]
+    max_steps = 1_000  # one step per call: a turn of --calls calls must not stop at the default 10 steps
 
 
 def _free_port() -> int:

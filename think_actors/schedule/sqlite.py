@@ -187,17 +187,7 @@ class SQLiteScheduleStore:
             )
             if taken.rowcount != 1:
                 return None
-        return FireRecord(
-            agent_path=fire.agent_path,
-            key=fire.key,
-            task=fire.task,
-            scheduled_for=fire.scheduled_for,
-            status="claimed",
-            attempts=fire.attempts + 1,
-            wake_at=wake_at,
-            owner=owner,
-            error=fire.error,
-        )
+        return fire.taken_by(owner, wake_at)
 
     async def finish_fire(
         self, fire: FireRecord, status: FireStatus, *, wake_at: float | None = None, error: str | None = None

@@ -150,7 +150,7 @@ class MemoryScheduleStore:
         current = self._fires.get((fire.agent_path, fire.key))
         if current is None or (current.status, current.attempts) != (fire.status, fire.attempts):
             return None
-        taken = replace(current, status="claimed", attempts=current.attempts + 1, owner=owner, wake_at=wake_at)
+        taken = current.taken_by(owner, wake_at)
         self._fires[(fire.agent_path, fire.key)] = taken
         return taken
 

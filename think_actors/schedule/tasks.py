@@ -241,6 +241,10 @@ class FireRecord:
     owner: str
     error: str | None = None
 
+    def taken_by(self, owner: str, wake_at: float) -> FireRecord:
+        """This fire as claimed again by ``owner`` until ``wake_at`` (one attempt more)."""
+        return replace(self, status="claimed", attempts=self.attempts + 1, owner=owner, wake_at=wake_at)
+
     def facts(self) -> dict[str, Any]:
         """What the agent is told (a submission's metadata, a handler's context), as plain data."""
         task = self.task

@@ -9,6 +9,7 @@ its own process, so a class-level ScriptedModel starts from its first step in ev
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -766,3 +767,72 @@ class LoggingAgent(ta.Think):
             "formats": [getattr(h.formatter, "_fmt", None) for h in logging.getLogger("think_actors").handlers],
             "lines": lines,
         }
+
+
+# ------------------------------------------------------------------ skills and the frozen system prompt
+
+
+class SkillCommandModel:
+    """Plays a skill session from the last message it is sent, holding no script position (a woken actor answers
+    alike): ``load K`` / ``unload K`` call ``load_context`` / ``unload_context`` of the ``skills`` block,
+    ``note TEXT`` writes the ``notes`` block, ``refresh`` calls the agent's ``refresh_prompt`` tool; after a tool
+    result it answers ``done``. ``show`` answers with what it was sent, as JSON: the system prompt, the tool
+    results of the history, and ``unload_context``'s description (which lists the loaded skills)."""
+
+    model_id = "skill-commands"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        last = request.messages[-1]
+        if last["role"] == "tool":
+            yield TextDelta("done")
+            yield FinishEvent("stop", Usage())
+            return
+        content = last["content"]
+        said = content if isinstance(content, str) else " ".join(p.get("text", "") for p in content)
+        command, _, argument = said.partition(" ")
+        calls = {
+            "load": ("load_context", {"label": "skills", "key": argument}),
+            "unload": ("unload_context", {"label": "skills", "key": argument}),
+            "note": ("set_context", {"label": "notes", "content": argument}),
+            "refresh": ("refresh_prompt", {}),
+        }
+        if command in calls:
+            name, arguments = calls[command]
+            yield ToolCallDelta(
+                0, id=f"call_{command}_{len(request.messages)}", name=name, arguments=json.dumps(arguments)
+            )
+            yield FinishEvent("tool_calls", Usage())
+            return
+        descriptions = {t["function"]["name"]: t["function"]["description"] for t in request.tools}
+        seen = {
+            "system": request.messages[0]["content"],
+            "tool_results": [m["content"] for m in request.messages if m["role"] == "tool"],
+            "unload_description": descriptions.get("unload_context"),
+        }
+        yield TextDelta(json.dumps(seen))
+        yield FinishEvent("stop", Usage())
+
+
+PIRATE = "Talk like a pirate: arr, matey."
+
+
+class SkillSleeper(ta.Think):
+    """A skill block and a writable ``notes`` block, whose frozen system prompt only its ``refresh_prompt`` tool
+    re-renders; hibernates after half a second without work."""
+
+    model = SkillCommandModel()
+    instructions = "You follow skills."
+    idle_timeout_s = 0.5
+
+    async def configure_session(self, session: ta.Session) -> ta.Session:
+        skills = ta.SkillSet({"pirate": ta.Skill(PIRATE, "Pirate speech"), "sql": ta.Skill("Write SQL.", "SQL style")})
+        return session.with_context("skills", provider=skills, description="how-tos").with_context(
+            "notes", description="what to remember"
+        )
+
+    @ta.tool
+    async def refresh_prompt(self) -> str:
+        """Re-render the system prompt from the blocks' current text."""
+        assert self.session is not None
+        await self.session.refresh_system_prompt()
+        return "refreshed"

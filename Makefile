@@ -75,7 +75,7 @@ lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the lay
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale; MCP tool call vs plain tool; tracing off/on; scheduled prompts
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale (one node, a 3-node cluster, 1,000 agents through the gateway); MCP tool call vs plain tool; tracing off/on; scheduled prompts
 	$(PY) scripts/bench_turn.py
 	$(BENCH_PY) scripts/bench_peers.py
 	$(PY) scripts/bench_model_path.py
@@ -84,6 +84,8 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 	$(PY) scripts/bench_recovery.py
 	$(PY) scripts/bench_gateway.py
 	$(PY) scripts/bench_scale.py
+	$(PY) scripts/bench_scale.py --cluster --agents 30  # head + 2 worker nodes here, PostgreSQL store (full size: 100)
+	$(PY) scripts/bench_gateway_scale.py --duration 30  # 1,000 addressable agents through the gateway (full: 60 s)
 	$(PY) scripts/bench_mcp.py
 	$(PY) scripts/bench_tracing.py
 	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200  # 10,000 woken agents take an hour here (2-4 actor starts/s)

@@ -16,6 +16,13 @@
     at once (a few at most; every other agent lives only in its store). ``--wake-ab`` runs it twice in one Ray,
     first with no warm worker processes (``ta.init(warm_workers=0)``, as (a) and (b) then run too), then with the
     default one per node.
+(d) ``--cluster``: (b) on a cluster of three Ray nodes on this machine (``ray.cluster_utils.Cluster``: a head and
+    two workers, their Ray CPUs adding up to the machine's cores; the driver attached to the head), the agents'
+    stores in a throwaway PostgreSQL 15 server (tests/postgres_server.py) as a cluster's must be: N bare actors
+    and then N agents spread over the nodes (SPREAD, as ``ta.spawn`` places agents), each N of ``--agents``
+    (default 100) x ``--turns``. Turns/s, p50/p99, each node's actors, share of the rate and p50, turns/s per core
+    (the nodes share this machine's cores, so more nodes cannot mean more throughput), and CPU per turn, side by
+    side with the bare actors. The cluster and the PostgreSQL server are shut down at the end, whatever happens.
 
 The last lines are the issue's rows side by side with their targets, and the machine's 1-minute load average
 (over 2 on this 2-core machine: other work shared it, and the absolute figures are slower than a quiet run's).
@@ -24,6 +31,7 @@ figures are the profiler's, not the benchmark's.
 
 Usage: python scripts/bench_scale.py [--start 16] [--agents 100,200] [--turns 5] [--addressable 10000]
        [--wakes 40] [--wake-ab] [--skip a,b,c] [--profile]
+       python scripts/bench_scale.py --cluster [--agents 100] [--turns 5]
 """
 
 from __future__ import annotations
@@ -40,14 +48,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))  # postgres_server, for --cluster
+if "--cluster" in sys.argv:
+    # Read by Ray at import: every node of the simulated cluster listens on 127.0.0.1 (tests/multinode/scenario.py).
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
-import psutil
-from bench_agents import BareActor
-from scale_agents import PROFILE_ENV, PROFILE_TURNS_ENV, BareTurn, Napper, ProfiledWorker, Worker
+import psutil  # noqa: E402
+from bench_agents import BareActor  # noqa: E402
+from scale_agents import PROFILE_ENV, PROFILE_TURNS_ENV, BareTurn, Napper, ProfiledWorker, Worker  # noqa: E402
 
-import think_actors as ta
+import think_actors as ta  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -154,28 +167,34 @@ async def agent_turn(handle: Any, message: str) -> None:
     await handle.chat(message).collect()
 
 
-async def converse_all(targets: list[Any], turn: Any, turns: int, pids: list[int]) -> dict[str, float]:
-    """Every target's ``turns`` turns one after another, all targets at once: rate, latency and CPU per turn."""
+async def converse_all(
+    targets: list[Any], turn: Any, turns: int, pids: list[int], system: dict[str, list[int]] | None = None
+) -> dict[str, Any]:
+    """Every target's ``turns`` turns one after another, all targets at once: rate, latency and CPU per turn
+    (``system``: the driver's and Ray's own processes, default the local Ray's); ``by_target``: each one's turns."""
     latencies: list[float] = []
+    by_target: list[list[float]] = [[] for _ in targets]
 
-    async def converse(target: Any) -> None:
+    async def converse(i: int, target: Any) -> None:
         for t in range(turns):
             began = time.perf_counter()
             await turn(target, f"turn {t}")
             latencies.append(time.perf_counter() - began)
+            by_target[i].append(latencies[-1])
 
-    system = system_pids()
+    system = system or system_pids()
     threads_before = thread_cpu(pids)
     before = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
     began = time.perf_counter()
-    await asyncio.gather(*(converse(t) for t in targets))
+    await asyncio.gather(*(converse(i, t) for i, t in enumerate(targets)))
     elapsed = time.perf_counter() - began
     after = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
     threads_after = thread_cpu(pids)
     spent = {k: (v - threads_before.get(k, 0.0)) / len(latencies) * 1e3 for k, v in threads_after.items()}
     top = sorted(spent.items(), key=lambda kv: -kv[1])[:6]
     print("    actor CPU per turn by thread: " + ", ".join(f"{k} {v:.2f} ms" for k, v in top), flush=True)
-    row = {
+    row: dict[str, Any] = {
+        "by_target": by_target,
         "turns_per_s": len(latencies) / elapsed,
         "p50": percentile(latencies, 50),
         "p99": percentile(latencies, 99),
@@ -189,7 +208,7 @@ def uss_mib(pids: list[int]) -> float:
     return statistics.median(psutil.Process(pid).memory_full_info().uss / 2**20 for pid in pids)
 
 
-async def bench_throughput(sizes: list[int], turns: int, profile: bool) -> list[dict[str, float]]:
+async def bench_throughput(sizes: list[int], turns: int, profile: bool) -> list[dict[str, Any]]:
     """For each N of ``sizes``, the same turns through N bare actors and N agents. The largest N of each is
     started once and the smaller N run on a subset; the bare actors are gone before the agents start, so the
     node holds one population at a time (200 processes are ≈11 GiB)."""
@@ -220,6 +239,144 @@ async def _started_bare() -> Any:
     actor = BareTurn.remote()  # type: ignore[attr-defined]
     await actor.pid.remote()
     return actor
+
+
+NODE_ARGS = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 2**20}
+
+
+def cluster_cpus() -> list[int]:
+    """Ray CPUs of the head and the two workers, adding up to the machine's cores (2 cores: 0, 1, 1)."""
+    cores = os.cpu_count() or 2
+    return [cores - 2 * (cores // 2), cores // 2, cores // 2]
+
+
+def cluster_system_pids(cluster: Any) -> dict[str, list[int]]:
+    """This driver, and every node's raylet and the head's GCS server."""
+    found: dict[str, list[int]] = {"driver": [os.getpid()], "ray": []}
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        for name in ("raylet", "gcs_server"):
+            found["ray"] += [p.process.pid for p in node.all_processes.get(name, [])]
+    return found
+
+
+async def _spread_bare() -> Any:
+    actor = BareTurn.options(scheduling_strategy="SPREAD", memory=1).remote()  # type: ignore[attr-defined]
+    await actor.pid.remote()
+    return actor
+
+
+async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dict[str, Any]]:
+    """(d): (b) on a head and two worker nodes on this machine (``ray.cluster_utils.Cluster``), the agents' stores
+    in a throwaway PostgreSQL server; bare actors spread over the nodes as the agents are (SPREAD), then the
+    agents. Each row also names every actor's node (``bare_nodes``, ``nodes``)."""
+    from postgres_server import _SETTINGS, PostgresServer
+    from ray.cluster_utils import Cluster
+
+    most = max(sizes)
+    # One connection pool per agent process, one connection at least, a few while a turn writes.
+    _SETTINGS["max_connections"] = str(max(200, 3 * most + 50))
+    server = PostgresServer(prefix="think-actors-bench-pg-")
+    cluster: Any = None
+    cpus = cluster_cpus()
+    try:
+        server.start()
+        # The nodes' raylets start their workers with this process's environment: they import the agents from here.
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+        head = {**NODE_ARGS, "num_cpus": cpus[0], "include_dashboard": False}
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+        workers = [cluster.add_node(**NODE_ARGS, num_cpus=c) for c in cpus[1:]]
+        cluster.wait_for_nodes()
+        namespace = f"bench-cluster-{time.time_ns()}"
+        ta.init(address=cluster.address, store=server.dsn(), data_dir=data_dir, namespace=namespace, warm_workers=0)
+        labels = {cluster.head_node.node_id: "head", **{w.node_id: f"w{i + 1}" for i, w in enumerate(workers)}}
+        system = cluster_system_pids(cluster)
+        bare = await start_in_waves(lambda i: _spread_bare(), most)
+        bare_pids = [await a.pid.remote() for a in bare]
+        bare_nodes = [labels.get(await a.node.remote(), "?") for a in bare]
+        bare_rows = [await converse_all(bare[:n], bare_turn, turns, bare_pids[:n], system) for n in sizes]
+        for actor in bare:
+            ray_kill(actor)
+        await asyncio.sleep(2)
+        handles = await start_in_waves(lambda i: ta.spawn(Worker, f"cl-{i}"), most)
+        infos = [await h.info() for h in handles]
+        nodes = [labels.get(info["node_id"], "?") for info in infos]
+        rows = []
+        for n, row_bare in zip(sizes, bare_rows, strict=True):
+            row = await converse_all(handles[:n], agent_turn, turns, [info["pid"] for info in infos[:n]], system)
+            row.update({"n": n, "nodes": nodes[:n], "bare_nodes": bare_nodes[:n], "cpus": cpus})
+            rows.append({**{f"bare_{k}": v for k, v in row_bare.items()}, **row})
+        for handle in handles:
+            await handle.kill(restart=False)
+        return rows
+    finally:
+        from think_actors.store.postgres import close_pools
+
+        await close_pools()  # this process's own, before its server goes
+        ta.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+        server.stop()
+
+
+def by_node(nodes: list[str], by_target: list[list[float]], turns_per_s: float) -> str:
+    """Each node's actors, its share of the turn rate and its turns' p50."""
+    total = sum(len(t) for t in by_target)
+    parts = []
+    for label in sorted(set(nodes)):
+        mine = [x for node, t in zip(nodes, by_target, strict=True) if node == label for x in t]
+        rate = turns_per_s * len(mine) / total
+        parts.append(f"{label} {nodes.count(label)} ({rate:.1f} turns/s, p50 {percentile(mine, 50) * 1e3:.0f} ms)")
+    return ", ".join(parts)
+
+
+def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str]]:
+    """(d)'s printed line and its rows of the summary table."""
+    cores = os.cpu_count() or 2
+    n, rate, p99 = row["n"], row["turns_per_s"] / row["bare_turns_per_s"], row["p99"] / row["bare_p99"]
+    nodes = "+".join(str(c) for c in row["cpus"])
+    print(
+        f"(d) cluster, head + 2 workers (Ray CPUs {nodes} = {cores} cores), PostgreSQL store, {n} x {turns} turns at "
+        f"once: bare actors {row['bare_turns_per_s']:.1f} turns/s, p50 {row['bare_p50'] * 1e3:.0f} ms, "
+        f"p99 {row['bare_p99'] * 1e3:.0f} ms; agents {row['turns_per_s']:.1f} turns/s, p50 {row['p50'] * 1e3:.0f} "
+        f"ms, p99 {row['p99'] * 1e3:.0f} ms [load {load()}]\n"
+        f"    bare actors by node: {by_node(row['bare_nodes'], row['bare_by_target'], row['bare_turns_per_s'])}\n"
+        f"    agents by node: {by_node(row['nodes'], row['by_target'], row['turns_per_s'])}",
+        flush=True,
+    )
+    cpu = row["cpu_ms_actors"] + row["cpu_ms_driver"] + row["cpu_ms_ray"]
+    bare_cpu = row["bare_cpu_ms_actors"] + row["bare_cpu_ms_driver"] + row["bare_cpu_ms_ray"]
+    name = f"(d) 3-node cluster, N = {n}"
+    return [
+        (
+            f"{name}: turns/s, agents vs bare actors",
+            f"{row['turns_per_s']:.1f} vs {row['bare_turns_per_s']:.1f}, {rate:.2f}x",
+            "(reported)",
+        ),
+        (
+            f"{name}: turns/s per core ({cores} cores)",
+            f"{row['turns_per_s'] / cores:.1f} vs {row['bare_turns_per_s'] / cores:.1f}",
+            "(reported)",
+        ),
+        (
+            f"{name}: turn p50 / p99, agents vs bare actors",
+            f"{row['p50'] * 1e3:.0f} / {row['p99'] * 1e3:.0f} vs {row['bare_p50'] * 1e3:.0f} / "
+            f"{row['bare_p99'] * 1e3:.0f} ms, p99 {p99:.2f}x",
+            "(reported)",
+        ),
+        (
+            f"{name}: agents (bare actors) per node",
+            ", ".join(
+                f"{label} {row['nodes'].count(label)} ({row['bare_nodes'].count(label)})"
+                for label in sorted(set(row["nodes"]) | set(row["bare_nodes"]))
+            ),
+            "(reported)",
+        ),
+        (
+            f"{name}: CPU per turn (actors + driver + raylets/GCS)",
+            f"{cpu:.1f} vs {bare_cpu:.1f} ms, {cpu / bare_cpu:.2f}x",
+            "(reported)",
+        ),
+    ]
 
 
 def print_profile(directory: str, top: int = 30) -> None:
@@ -286,7 +443,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--start", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--agents", default="100,200", help="the N of (b), comma-separated")
+    parser.add_argument("--agents", default=None, help="the N of (b) or (d), comma-separated (100,200; 100)")
     parser.add_argument("--turns", type=int, default=5)
     parser.add_argument("--addressable", type=int, default=10_000)
     parser.add_argument("--wakes", type=int, default=40)
@@ -294,11 +451,18 @@ async def main() -> None:
     parser.add_argument("--wake-ab", action="store_true", help="(c) without warm workers first, then with them")
     parser.add_argument("--skip", default="", help="parts to leave out, e.g. a,c")
     parser.add_argument("--profile", action="store_true", help="profile (b)'s agents (cProfile; slows them)")
+    parser.add_argument("--cluster", action="store_true", help="only (d): (b) on a 3-node cluster, PostgreSQL store")
     args = parser.parse_args()
     skip = set(args.skip.split(",")) - {""}
-    sizes = [int(n) for n in args.agents.split(",")]
+    sizes = [int(n) for n in (args.agents or ("100" if args.cluster else "100,200")).split(",")]
     summary: list[tuple[str, str, str]] = []
-    print(f"1-minute load average at the start: {load()} (2 cores)", flush=True)
+    print(f"1-minute load average at the start: {load()} ({os.cpu_count()} cores)", flush=True)
+    if args.cluster:
+        with tempfile.TemporaryDirectory() as data_dir:
+            for row in await bench_cluster(sizes, args.turns, data_dir):
+                summary += cluster_summary(row, args.turns)
+        print_summary(summary)
+        return
     with tempfile.TemporaryDirectory() as data_dir, tempfile.TemporaryDirectory() as profile_dir:
         if args.profile:
             os.environ[PROFILE_ENV] = profile_dir  # a local raylet and its workers inherit the driver's environment
@@ -397,6 +561,10 @@ async def main() -> None:
                     )
         finally:
             ta.shutdown()
+    print_summary(summary)
+
+
+def print_summary(summary: list[tuple[str, str, str]]) -> None:
     print("\n| issue 22 | measured | target |\n|---|---|---|")
     for row in summary:
         print(f"| {row[0]} | {row[1]} | {row[2]} |")

@@ -73,6 +73,16 @@ class BareTurn:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
     async def turn(self, message: str) -> AsyncIterator[list[str]]:
         await asyncio.sleep(0.2)
         yield ["abcd"] * 20
+
+
+class Roamer(ta.Think):
+    """The gateway scale benchmark's agent (scripts/bench_gateway_scale.py): one step of 200 ms per turn; it
+    hibernates after the runtime's ``idle_timeout_s`` (``ta.init``), as it sets none of its own."""
+
+    model = PacedModel()

@@ -100,6 +100,7 @@ async def test_insert_submission_assigns_seq_and_round_trips(store: AnyStore) ->
         started_at=None,
         completed_at=None,
         messages_applied_at=None,
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     )
     stored, created = await store.insert_submission(record)
     expected = dataclasses.replace(record, created_at=100.0, seq=1)
@@ -607,8 +608,8 @@ async def test_sqlite_schema_tables_and_indexes(tmp_path: Path) -> None:
     await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert SCHEMA_VERSION == 5
-        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        assert SCHEMA_VERSION == 6
+        assert conn.execute("PRAGMA user_version").fetchone() == (6,)
         assert conn.execute("PRAGMA page_size").fetchone() == (1024,)  # a new file's pages
         objects = conn.execute(
             # The message search's index and triggers (schema 5) are test_session_search.py's.
@@ -720,6 +721,35 @@ async def test_sqlite_migrates_a_version_1_file_in_place(tmp_path: Path) -> None
         assert await store.insert_submission(submission("s1")) == (submission("s1", seq=1), True)
         await store.append_chunks("r1", [{"type": "start"}])
         assert await store.load_chunks("r1") == [{"type": "start"}]
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    finally:
+        conn.close()
+
+
+async def test_sqlite_migrates_a_version_5_file_its_submissions_gain_a_traceparent(tmp_path: Path) -> None:
+    path = tmp_path / "agent.db"
+    old = SQLiteStore(path)
+    await old.insert_submission(submission("s1"))
+    await old.close()
+    conn = sqlite3.connect(path)  # what version 5 wrote: submissions without the submitter's trace context
+    conn.execute("ALTER TABLE submissions DROP COLUMN traceparent")
+    conn.execute("PRAGMA user_version = 5")
+    conn.commit()
+    conn.close()
+
+    traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    store = SQLiteStore(path)
+    try:
+        assert await store.get_submission("s1") == submission("s1", seq=1)  # an older row: no traceparent
+        assert await store.insert_submission(submission("s2", traceparent=traced)) == (
+            submission("s2", traceparent=traced, seq=2),
+            True,
+        )
+        assert (await store.get_submission("s2")) == submission("s2", traceparent=traced, seq=2)
     finally:
         await store.close()
     conn = sqlite3.connect(path)

@@ -5,6 +5,7 @@ test_durable_records.py; fencing in test_store_fencing.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +16,7 @@ import think_actors as ta
 from think_actors.errors import StoreError
 from think_actors.messages import TextPart, UIMessage, user_message
 from think_actors.store import EffectRecord, PostgresStore, SubmissionRecord, TurnRecord, _schema
+from think_actors.store._codec import submission_row
 from think_actors.store.postgres import SCHEMA_VERSION, close_pools
 
 
@@ -68,8 +70,13 @@ async def test_first_use_creates_the_schema_in_an_empty_database(postgres_url: s
         "submissions",
         "turns",
     ]
-    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 2  # 2: message search (test_session_search_postgres.py)
-    assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version")] == [(1,), (2,)]
+    # 2: message search (test_session_search_postgres.py); 3: the submitter's traceparent of a submission.
+    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 3
+    assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version")] == [
+        (1,),
+        (2,),
+        (3,),
+    ]
     assert [tuple(r) for r in await conn.fetch("SELECT path, generation FROM think_actors.agents")] == [("lead/a", 1)]
 
 
@@ -80,6 +87,33 @@ async def test_rerunning_the_migration_is_a_no_op(postgres_url: str, conn: Any) 
     assert await _schema.migrate(conn) == SCHEMA_VERSION
     assert await conn.fetchval("SELECT count(*) FROM think_actors.schema_version") == SCHEMA_VERSION
     assert await conn.fetchval("SELECT count(*) FROM think_actors.messages") == 1
+
+
+async def test_migration_3_keeps_the_submissions_a_version_2_database_holds(
+    postgres_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patch:  # a database think_actors with migrations 1 and 2 only created
+        patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:2])
+        patch.setattr(_schema, "SCHEMA_VERSION", 2)
+        assert await _schema.migrate(conn) == 0
+        row = {"seq": 1, **submission_row(submission("s1"))}  # the columns of migration 1, as a store wrote them
+        del row["traceparent"]
+        columns = ", ".join(f'"{name}"' for name in row)
+        values = ", ".join(f"${i}" for i in range(2, len(row) + 2))
+        await conn.execute("INSERT INTO think_actors.agents (path, generation) VALUES ($1, 1)", "lead/a")
+        await conn.execute(
+            f"INSERT INTO think_actors.submissions (agent, {columns}) VALUES ($1, {values})", "lead/a", *row.values()
+        )
+
+    traced = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    store = PostgresStore(postgres_url, "lead/a")
+    old = await store.get_submission("s1")
+    assert old is not None and (old.submission_id, old.traceparent) == ("s1", None)
+    await conn.execute("UPDATE think_actors.agents SET submission_seq = 1 WHERE path = 'lead/a'")
+    stored, created = await store.insert_submission(dataclasses.replace(submission("s2"), traceparent=traced))
+    assert (stored.traceparent, created) == (traced, True)
+    assert [(r.submission_id, r.traceparent) for r in await store.list_submissions()] == [("s1", None), ("s2", traced)]
+    assert await conn.fetchval("SELECT max(version) FROM think_actors.schema_version") == 3
 
 
 async def test_processes_starting_together_migrate_once(

@@ -17,6 +17,7 @@ from think_actors.messages import TextPart, UIMessage, user_message
 from think_actors.store import MessageHit, TurnRecord
 from think_actors.store._codec import encode_message
 from think_actors.store._search import fts5_query
+from think_actors.store.sqlite import SCHEMA_VERSION
 from think_actors.testing import ScriptedModel, text
 
 
@@ -163,7 +164,7 @@ async def test_a_schema_4_sqlite_file_is_migrated_and_its_old_messages_found(tmp
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("SELECT id, search_text FROM messages ORDER BY seq").fetchall() == [
             ("u1", "The cat sleeps"),
             ("a1", "Dogs like running"),

@@ -173,6 +173,7 @@ _SUBMISSION: dict[str, _Encoder] = {
     "started_at": _opt_real,
     "completed_at": _opt_real,
     "messages_applied_at": _opt_real,
+    "traceparent": _opt_text,
 }
 SUBMISSION_COLUMNS: tuple[str, ...] = ("seq", *_SUBMISSION)
 """Every stored column of a submission; ``seq`` is assigned by the store."""

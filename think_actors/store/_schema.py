@@ -148,6 +148,8 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
         "GENERATED ALWAYS AS (to_tsvector('english'::regconfig, coalesce(search_text, ''))) STORED",
         f"CREATE INDEX messages_search ON {SCHEMA}.messages USING gin (search_vector)",
     ),
+    # 3: the trace context of the span that submitted a submission (think_actors.tracing), NULL in older rows.
+    (f"ALTER TABLE {SCHEMA}.submissions ADD COLUMN traceparent text",),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema this think_actors knows; a database at a higher version was migrated by a newer one."""

@@ -12,7 +12,7 @@ from ..errors import StoreError
 from ._codec import EFFECT_COLUMNS, SUBMISSION_COLUMNS, TURN_COLUMNS, quoted_names
 from ._sqlite_search import add_search
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Kept in ``PRAGMA user_version``; a file with a higher number was written by a newer think_actors.
 
 1: messages and kv. 2: adds submissions, turns, chunks and effects (created in place in a version-1 file).
@@ -21,6 +21,7 @@ SCHEMA_VERSION = 5
 row holds a batch (a msgpack list; rows of older versions hold one chunk each and are read as before).
 5: message search: ``messages.search_text``, the FTS5 index ``messages_fts`` and its triggers (``_sqlite_search``;
 an older file's text is computed from its stored messages when it is first opened).
+6: ``submissions.traceparent``, the trace context of the span that submitted it (NULL in older rows).
 """
 
 SCHEMA = (
@@ -47,7 +48,8 @@ SCHEMA = (
         error TEXT,
         started_at REAL,
         completed_at REAL,
-        messages_applied_at REAL
+        messages_applied_at REAL,
+        traceparent TEXT
     )""",
     # A UNIQUE index holds any number of NULLs, so submissions without a key never collide.
     "CREATE UNIQUE INDEX IF NOT EXISTS submissions_by_key ON submissions (idempotency_key)",
@@ -147,8 +149,8 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
     """Create the tables a new or older file lacks; refuse a file from a newer schema rather than misread it.
 
     Every version so far only adds tables and indexes or drops indexes, so ``SCHEMA``'s IF [NOT] EXISTS
-    statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``). Version 5 adds
-    a column too, which ``add_search`` adds where it is missing.
+    statements migrate; chunk rows of older versions stay readable as they are (``load_chunks``). Versions 5 and
+    6 add a column too, which ``add_search`` and ``_add_traceparent`` add where it is missing.
     """
     # Read first without a lock: every open but the first finds the schema current and skips the migration.
     if _schema_version(conn) == SCHEMA_VERSION:
@@ -164,6 +166,7 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
         for statement in SCHEMA:
             conn.execute(statement)
         add_search(conn)
+        _add_traceparent(conn)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -174,3 +177,10 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
 def _schema_version(conn: sqlite3.Connection) -> int:
     version: int = conn.execute("PRAGMA user_version").fetchone()[0]
     return version
+
+
+def _add_traceparent(conn: sqlite3.Connection) -> None:
+    """Version 6's column, in a submissions table an older version created (a new one has it already)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(submissions)")}
+    if "traceparent" not in columns:
+        conn.execute("ALTER TABLE submissions ADD COLUMN traceparent TEXT")

@@ -31,7 +31,8 @@ class SubmissionRecord:
     """One accepted ``submit_messages`` call (reference §1.7).
 
     ``seq`` is the store's insertion order (FIFO among equal ``created_at``); the store assigns it.
-    ``messages_applied_at`` is set once the submission's turn appended its messages.
+    ``messages_applied_at`` is set once the submission's turn appended its messages. ``traceparent`` is the W3C
+    trace context of the span that submitted it (tracing on), which the drain's span links to.
     """
 
     submission_id: str
@@ -46,6 +47,7 @@ class SubmissionRecord:
     completed_at: float | None = None
     messages_applied_at: float | None = None
     seq: int = 0
+    traceparent: str | None = None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -13,7 +13,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import pytest
@@ -28,9 +28,11 @@ from test_gateway import Helper, frames_until_done, request, user
 from test_recovery import WAIT_S, Effects, crash, restart
 
 import think_actors as ta
-from think_actors import tracing
+from think_actors import delegation, tracing
 from think_actors.errors import ConfigurationError, ProviderError
 from think_actors.gateway import Gateway, LocalDirectory
+from think_actors.models import FinishEvent, ResponseMetadata, TextDelta, Usage
+from think_actors.runtime.model_pool import _traced
 from think_actors.testing import ScriptedModel, error, text, tool_call
 
 EXPORTER = InMemorySpanExporter()
@@ -314,6 +316,134 @@ async def test_submissions_run_inside_a_drain_span(spans: InMemorySpanExporter) 
     assert shape[1:] == [(1, "invoke_agent Researcher"), (2, "chat scripted")] * (len(shape[1:]) // 2)
     triggers = [(s.attributes or {})["think_actors.trigger"] for s in named(spans, "invoke_agent Researcher")]
     assert triggers == ["submission", "submission"]
+
+
+async def test_a_drain_links_to_the_span_that_submitted_each_submission(spans: InMemorySpanExporter) -> None:
+    agent = Researcher("r4", model=ScriptedModel([text("one"), text("two")]), store=ta.MemoryStore())
+    with trace.get_tracer("test").start_as_current_span("nightly job") as job:
+        first = await agent.submit_messages("a")
+    second = await agent.submit_messages("b")  # outside any span: nothing to link to
+    await agent.wait_for_submission(first.submission_id, timeout_s=WAIT_S)
+    await agent.wait_for_submission(second.submission_id, timeout_s=WAIT_S)
+    stored = await agent._engine.store.get_submission(first.submission_id)
+    assert stored is not None and stored.traceparent is not None
+    assert stored.traceparent.split("-")[1:3] == [
+        format(job.get_span_context().trace_id, "032x"),
+        format(job.get_span_context().span_id, "016x"),
+    ]
+    links = [link for drain in named(spans, "drain_submissions Researcher") for link in drain.links]
+    assert [((x.context.trace_id, x.context.span_id), dict(x.attributes or {})) for x in links] == [
+        (
+            (job.get_span_context().trace_id, job.get_span_context().span_id),
+            {"think_actors.link": "drains", "think_actors.submission_id": first.submission_id},
+        )
+    ]
+    drains = {s.context.trace_id for s in named(spans, "drain_submissions Researcher")}
+    assert job.get_span_context().trace_id not in drains  # the drain is a trace of its own, linked to the job's
+
+
+class CarrierModel(ScriptedModel):
+    """A model client that, like the model-server pool, sends the current span context with its call."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.sent: list[dict[str, str] | None] = []
+
+    async def stream(self, request: Any) -> Any:
+        self.sent.append(tracing.carrier())
+        async for event in super().stream(request):
+            yield event
+
+
+async def test_a_model_client_runs_inside_its_chat_span(spans: InMemorySpanExporter) -> None:
+    model = CarrierModel([tool_call("search", {"query": "ray"}, id="c1"), text("done")])
+    await Searcher("s6", model=model, store=ta.MemoryStore()).save_messages("go")
+    chats = named(spans, "chat scripted")
+    assert [c["traceparent"].split("-")[2] for c in model.sent if c] == [
+        format(c.context.span_id, "016x") for c in chats
+    ]
+    assert tree(spans)[1:] == [(1, "chat scripted"), (1, "execute_tool search"), (1, "chat scripted")]
+
+
+async def _events(*events: Any, fail: BaseException | None = None) -> AsyncGenerator[Any, None]:
+    for event in events:
+        yield event
+    if fail is not None:
+        raise fail
+
+
+async def test_the_model_servers_span_of_a_call_is_a_child_of_the_agents_chat_span(
+    spans: InMemorySpanExporter,
+) -> None:
+    metadata = ResponseMetadata(id="chatcmpl-1", model="gpt-4o-mini-2024-07-18")
+    finish = FinishEvent("stop", Usage(input_tokens=12, output_tokens=3), cost_usd=0.25)
+    config = tracing.current_config()
+    assert config is not None
+    with trace.get_tracer("test").start_as_current_span("the agent's chat span") as agents:
+        carrier = tracing.carrier()
+    assert carrier is not None
+
+    async def server_call(events: Any) -> list[Any]:  # in the server's process: a task of its own
+        return [event async for event in _traced(events, "openai/gpt-4o-mini", carrier, config)]
+
+    loop = asyncio.get_running_loop()
+    got = await loop.create_task(server_call(_events(metadata, TextDelta("hi"), finish)), context=contextvars.Context())
+    assert got == [metadata, TextDelta("hi"), finish]
+    with pytest.raises(ProviderError):
+        failing = _events(metadata, fail=ProviderError("overloaded", status_code=529, retryable=True))
+        await loop.create_task(server_call(failing), context=contextvars.Context())
+
+    served, failed = named(spans, "chat openai/gpt-4o-mini")
+    for span in (served, failed):
+        assert span.kind is trace.SpanKind.SERVER
+        assert span.parent is not None and span.parent.span_id == agents.get_span_context().span_id
+    assert dict(served.attributes or {}) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "openai/gpt-4o-mini",
+        "gen_ai.provider.name": "openai",
+        "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+        "gen_ai.response.id": "chatcmpl-1",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 3,
+        "think_actors.cost_usd": 0.25,
+    }
+    assert failed.status.status_code is StatusCode.ERROR
+    assert (failed.attributes or {})["error.type"] == "ProviderError"
+
+
+class Library:
+    def lookup(self, isbn: str, trace_context: dict[str, str] | None = None) -> str:
+        """Look a book up."""
+        return isbn
+
+
+async def test_an_actor_tools_method_with_trace_context_gets_its_execute_tool_span(
+    spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict[str, Any]] = []
+
+    async def call(target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
+        calls.append(kwargs)
+        return "found"
+
+    monkeypatch.setattr(delegation, "_actor_calls", call)
+    tool = ta.actor_tool("library", "lookup", actor_class=Library)
+    assert tool.input_schema["properties"] == {"isbn": {"type": "string"}}  # the model never sees it
+    model = ScriptedModel([tool_call("lookup", {"isbn": "42"}, id="c1"), text("done")])
+    await ta.Think("t1", model=model, tools=[tool], store=ta.MemoryStore()).save_messages("find 42")
+    (executed,) = named(spans, "execute_tool lookup")
+    ((isbn, context),) = [(c["isbn"], c["trace_context"]) for c in calls]
+    assert isbn == "42" and set(calls[0]) == {"isbn", "trace_context"}
+    assert context["traceparent"].split("-")[1:3] == [
+        format(executed.context.trace_id, "032x"),
+        format(executed.context.span_id, "016x"),
+    ]
+
+    tracing.configure(False)  # off: the method still gets its parameter, empty
+    model = ScriptedModel([tool_call("lookup", {"isbn": "7"}, id="c2"), text("done")])
+    await ta.Think("t2", model=model, tools=[tool], store=ta.MemoryStore()).save_messages("find 7")
+    assert calls[-1] == {"isbn": "7", "trace_context": {}}
 
 
 def test_config_follows_the_standard_environment() -> None:

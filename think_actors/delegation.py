@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from . import tracing
 from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
 from .errors import ConfigurationError
@@ -25,6 +26,8 @@ __all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool", "us
 
 ActorCall = Callable[[Any, str, dict[str, Any], str | None], Awaitable[Any]]
 """``(actor handle or name, method, kwargs, namespace) -> result``: one awaited actor method call."""
+
+_TRACE_CONTEXT = "trace_context"  # an actor tool's method with a parameter of this name gets the W3C trace context
 
 # How an agent outside any actor calls actor methods: set by the Ray runtime when it loads (this module is below it).
 _actor_calls: ActorCall | None = None
@@ -242,6 +245,12 @@ def actor_tool(
     The schema comes from the method's signature (from the handle, or from ``actor_class`` when ``target`` is
     a name) and its docstring is the description. Hooks wrap it like any tool: a blocked or substituted call
     never reaches the actor.
+
+    A method with a parameter named ``trace_context`` gets the tool call's span context in it, as W3C
+    trace-context headers (``{"traceparent": ...}``; ``{}`` when tracing is off), and the model never sees it.
+    Spans the actor makes under it are children of the ``execute_tool`` span: with your own OpenTelemetry set-up,
+    ``tracer.start_as_current_span(name, context=opentelemetry.propagate.extract(trace_context))``; where
+    ``think_actors.tracing`` is on, ``ta.tracing.adopt(trace_context)``.
     """
     parameters: list[inspect.Parameter] | None = None
     doc: str | None = None
@@ -262,11 +271,14 @@ def actor_tool(
     else:
         raise ConfigurationError("actor_tool with an actor name needs actor_class= to read the method's signature")
     tool_name = name or method
-    validator, _ = input_validator(tool_name, parameters)
+    traced = any(p.name == _TRACE_CONTEXT for p in parameters)
+    validator, _ = input_validator(tool_name, [p for p in parameters if p.name != _TRACE_CONTEXT])
     described, _ = _parse_docstring(doc)
 
     async def execute(value: Any, context: ToolContext) -> Any:
         kwargs = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+        if traced:
+            kwargs[_TRACE_CONTEXT] = tracing.carrier() or {}  # this call's execute_tool span
         runtime = context.agent._engine.runtime
         if runtime is not None:
             return await runtime.call_actor_method(target, method, kwargs, namespace)

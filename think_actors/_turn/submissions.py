@@ -72,6 +72,7 @@ class Submissions:
             created_at=time.time(),
             idempotency_key=idempotency_key,
             metadata=metadata,
+            traceparent=tracing.traceparent(),  # the submitter's span: the drain that runs it links to it
         )
         stored, created = await engine.store.insert_submission(record, id_given=submission_id is not None)
         if created:
@@ -259,6 +260,8 @@ class Submissions:
                 continue
             claimed = await store.get_submission(record.submission_id)
             assert claimed is not None
+            submitted = {tracing.names.SUBMISSION_ID: claimed.submission_id}
+            tracing.link(claimed.traceparent, reason="drains", attributes=submitted)  # the submitter's span
             await self._status(claimed)
             try:
                 await self._run_one(claimed)

@@ -220,7 +220,9 @@ class AgentHandle:
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
         kwargs = {"submission_id": submission_id, "idempotency_key": idempotency_key, "metadata": metadata}
-        return await self._forward("submit_messages", messages, **kwargs)  # type: ignore[no-any-return]
+        # With the caller's trace context: the drain's span links to it, whenever the submission runs.
+        trace = tracing.carrier()
+        return await self._invoke("forward", "submit_messages", (messages,), kwargs, trace)  # type: ignore[no-any-return]
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]

@@ -295,9 +295,12 @@ class AgentHost:
         await self.agent.clear()
 
     @_counted
-    async def forward(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def forward(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str] | None = None
+    ) -> Any:
         if method not in _FORWARDED_METHODS:
             raise ConfigurationError(f"{method!r} is not an agent method a handle may call")
+        tracing.adopt(trace)  # a submission keeps its submitter's span, for the drain's span to link to
         result = getattr(self.agent, method)(*args, **kwargs)
         return await result if inspect.isawaitable(result) else result  # get_mcp_servers is synchronous
 

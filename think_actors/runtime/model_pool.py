@@ -3,22 +3,29 @@
 A ``ModelServer`` actor runs ``LiteLLMClient`` calls; agents on its node reach it through ``PooledModel``, which
 asks a restarting server again while nothing was streamed and otherwise fails with a retryable error the turn's
 recovery resumes.
+
+Traced, a call carries the agent's ``chat <model>`` span context and the agent's tracing config: the server's own
+``chat <model>`` span (kind SERVER, with what the provider answered) is its child. The config travels with the
+call because the servers are detached and shared: one started before tracing was turned on (by an earlier driver,
+or by ``think-actors serve``) still traces the calls of agents that trace.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from .. import tracing
 from ..batching import _batches
 from ..errors import AgentUnavailableError, ModelServerUnavailableError
 from ..logs import configure_logging
-from ..models import ModelInfo, ModelRequest
+from ..models import FinishEvent, ModelEvent, ModelInfo, ModelRequest, ResponseMetadata
 from .calls import _call
 from .config import RuntimeConfig
 from .stream import RemoteStream
@@ -38,11 +45,21 @@ class ModelServer:
         from ..models.auto import AutoModelClient  # here only: litellm costs ~3 s and ~200 MiB, agents never load it
 
         configure_logging(config.log_level)
+        _configure_tracing(config.tracing)  # the driver's decision, never this worker's own environment
         self.config = config
         self.client = AutoModelClient(fast_path=config.fast_model_path)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[bytes]:
-        async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
+    async def stream(
+        self,
+        request: ModelRequest,
+        trace: dict[str, str] | None = None,
+        tracing_config: tracing.TracingConfig | None = None,
+    ) -> AsyncIterator[bytes]:
+        """Stream one call's events in batches; under a span when the agent sent its trace context and config."""
+        events: AsyncGenerator[ModelEvent, None] = self.client.stream(request)
+        if trace and tracing_config is not None:
+            events = _traced(events, request.model, trace, tracing_config)
+        async for batch in _batches(events, self.config):
             yield batch
 
     async def model_info(self, model: str) -> ModelInfo | None:
@@ -50,6 +67,44 @@ class ModelServer:
 
     async def count_tokens(self, model: str, messages: list[dict[str, Any]]) -> int | None:
         return await self.client.count_tokens(model, messages)
+
+
+def _configure_tracing(config: tracing.TracingConfig | None) -> None:
+    """Trace as ``config`` says: the driver's when the server starts, then the calling agent's."""
+    tracing.configure(config or False, node_id=ray.get_runtime_context().get_node_id())
+
+
+async def _traced(
+    events: AsyncGenerator[ModelEvent, None], model: str, trace: dict[str, str], config: tracing.TracingConfig
+) -> AsyncGenerator[ModelEvent, None]:
+    """``events`` under the server's ``chat <model>`` span, a child of the agent's; it ends with the stream."""
+    if config != tracing.current_config():
+        _configure_tracing(config)
+    tracing.adopt(trace)  # in the task that reads the call's events (_batches' pump), theirs alone
+    span = tracing.start_chat(model=model, kind="server")
+    finish = FinishEvent()
+    response = ResponseMetadata()
+    try:
+        async with contextlib.aclosing(events) as source:
+            async for event in source:
+                if isinstance(event, FinishEvent):
+                    finish = event
+                elif isinstance(event, ResponseMetadata):
+                    response = event
+                yield event
+    except BaseException as err:
+        tracing.fail_chat(span, err)
+        raise
+    usage = finish.usage
+    tracing.end_chat(
+        span,
+        finish_reason=finish.finish_reason or "stop",
+        input_tokens=usage.input_tokens if usage is not None else None,
+        output_tokens=usage.output_tokens if usage is not None else None,
+        response_model=response.model,
+        response_id=response.id,
+        cost_usd=finish.cost_usd,
+    )
 
 
 _SERVER_RESTART_S = 15.0  # how long a request waits for a restarting model server before it fails
@@ -71,7 +126,11 @@ class PooledModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         deadline = time.monotonic() + _SERVER_RESTART_S
         while True:
-            remote = RemoteStream(self._server().stream.options(num_returns="streaming").remote(request))
+            # The agent's chat span (current while its model call runs) is the parent of the server's.
+            trace = tracing.carrier()
+            config = tracing.current_config() if trace else None
+            call = self._server().stream.options(num_returns="streaming")
+            remote = RemoteStream(call.remote(request, trace, config))
             started = False
             try:
                 try:

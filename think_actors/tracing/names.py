@@ -40,4 +40,6 @@ STEP = "think_actors.step"
 STEPS = "think_actors.steps"
 TOOLS_OFFERED = "think_actors.tools_offered"
 SUBMISSIONS = "think_actors.submissions"
-LINK_REASON = "think_actors.link"  # on a recovery's link to the interrupted turn: "recovers"
+SUBMISSION_ID = "think_actors.submission_id"
+# On a link: "recovers" (a recovered turn's, to the interrupted turn), "drains" (a drain's, to the submitter's span).
+LINK_REASON = "think_actors.link"

@@ -4,11 +4,11 @@ Imported only once tracing is on (``switch.configure``), so a process that never
 ``opentelemetry``. Each helper takes plain values (names, ids, counts), never an engine object: this module sits
 below the engine and knows nothing of it.
 
-Spans that must be current while code runs under them (a turn, a tool call, an operation) are made current by
-``otel_context.attach``. A turn is an async generator, closed perhaps by another task than the one that started
-it, so its span is left by attaching the context that was current before it (as ``logs.restore`` does), never by
-detaching a token, which fails in another context. Tool calls and operations are plain ``with`` blocks inside one
-coroutine, which may detach their tokens.
+Spans that must be current while code runs under them (a turn, a model call, a tool call, an operation) are made
+current by ``otel_context.attach``. A turn and a model call run in an async generator, closed perhaps by another
+task than the one that started it, so their spans are left by attaching the context that was current before them
+(as ``logs.restore`` does), never by detaching a token, which fails in another context. Tool calls and
+operations are plain ``with`` blocks inside one coroutine, which may detach their tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import names
@@ -36,6 +36,7 @@ __all__ = [
     "end_chat",
     "end_turn",
     "fail_chat",
+    "link",
     "operation",
     "start_chat",
     "start_turn",
@@ -56,13 +57,13 @@ def set_process(*, capture_content: bool, node_id: str | None) -> None:
     _node_id = node_id
 
 
+def _linked(value: str) -> SpanContext | None:
+    context = trace.get_current_span(_W3C.extract({"traceparent": value})).get_span_context()
+    return context if context.is_valid else None
+
+
 def _links(parents: Sequence[str]) -> list[Link]:
-    links = []
-    for value in parents:
-        context = trace.get_current_span(_W3C.extract({"traceparent": value})).get_span_context()
-        if context.is_valid:
-            links.append(Link(context, {names.LINK_REASON: "recovers"}))
-    return links
+    return [Link(context, {names.LINK_REASON: "recovers"}) for value in parents if (context := _linked(value))]
 
 
 def _json(value: Any) -> str:
@@ -133,23 +134,39 @@ def end_turn(
 @dataclass(slots=True)
 class ChatSpan:
     span: Span
+    previous: otel_context.Context
 
 
-def start_chat(*, model: str, step: int, messages: Any = None, tools: int = 0) -> ChatSpan:
-    """A model call's span, a child of the current one (the turn's); not made current: nothing runs under it."""
+def start_chat(
+    *, model: str, step: int | None = None, messages: Any = None, tools: int = 0, kind: str = "client"
+) -> ChatSpan:
+    """A model call's span, a child of the current one, and current until it ends: a model client that calls
+    another process (the model-server pool) sends it as the parent of the work done there.
+
+    ``kind="server"`` is the model server's own span of the call (no step: the agent's span has it).
+    """
     provider, _, _ = model.partition("/")
     attributes: dict[str, Any] = {
         names.OPERATION: "chat",
         names.REQUEST_MODEL: model,
-        names.STEP: step,
     }
+    if step is not None:
+        attributes[names.STEP] = step
     if provider and provider != model:
         attributes[names.PROVIDER] = provider
     if tools:
         attributes[names.TOOLS_OFFERED] = tools
     if _capture and messages is not None:
         attributes[names.INPUT_MESSAGES] = _json(messages)
-    return ChatSpan(_tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes))
+    span_kind = SpanKind.CLIENT
+    if kind == "server":
+        span_kind = SpanKind.SERVER
+        if _node_id:
+            attributes[names.NODE_ID] = _node_id
+    span = _tracer.start_span(f"chat {model}", kind=span_kind, attributes=attributes)
+    previous = otel_context.get_current()
+    otel_context.attach(trace.set_span_in_context(span, previous))
+    return ChatSpan(span, previous)
 
 
 def end_chat(
@@ -178,6 +195,7 @@ def end_chat(
     if _capture and output is not None:
         span.set_attribute(names.OUTPUT_MESSAGES, _json(output))
     span.end()
+    otel_context.attach(chat.previous)
 
 
 def fail_chat(chat: ChatSpan, error: BaseException) -> None:
@@ -190,6 +208,7 @@ def fail_chat(chat: ChatSpan, error: BaseException) -> None:
         span.record_exception(error)
         span.set_status(Status(StatusCode.ERROR, str(error) or type(error).__name__))
     span.end()
+    otel_context.attach(chat.previous)
 
 
 class ToolSpan:
@@ -238,6 +257,13 @@ def operation(
         attrs.setdefault(names.NODE_ID, _node_id)
     with _tracer.start_as_current_span(name, kind=span_kind, attributes=attrs, links=_links(links)) as span:
         yield span
+
+
+def link(traceparent: str, reason: str, attributes: Mapping[str, Any]) -> None:
+    """Link the current span to the span a stored W3C ``traceparent`` names (a no-op for an invalid one)."""
+    context = _linked(traceparent)
+    if context is not None:
+        trace.get_current_span().add_link(context, {names.LINK_REASON: reason, **attributes})
 
 
 def carrier() -> dict[str, str]:

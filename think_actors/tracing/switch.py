@@ -30,6 +30,7 @@ __all__ = [
     "end_turn",
     "fail_chat",
     "flush",
+    "link",
     "operation",
     "start_chat",
     "start_turn",
@@ -146,11 +147,16 @@ def end_turn(turn: Any, *, status: str, error: str | None, classification: str |
     )
 
 
-def start_chat(*, model: str, step: int, messages: Any = None, tools: int = 0) -> Any:
-    """Open a model call's ``chat`` span under the current one; None when off."""
+def start_chat(
+    *, model: str, step: int | None = None, messages: Any = None, tools: int = 0, kind: str = "client"
+) -> Any:
+    """Open a model call's ``chat`` span under the current one, current until ``end_chat``; None when off.
+
+    ``kind="server"``: the model server's span of a call an agent sent it (after ``adopt`` of the agent's).
+    """
     if _impl is None:
         return None
-    return _impl.start_chat(model=model, step=step, messages=messages, tools=tools)
+    return _impl.start_chat(model=model, step=step, messages=messages, tools=tools, kind=kind)
 
 
 def end_chat(chat: Any, **facts: Any) -> None:
@@ -190,6 +196,12 @@ def operation(
         return nullcontext()
     cm: AbstractContextManager[Any] = impl.operation(name, attributes, links, kind)
     return cm
+
+
+def link(traceparent: str | None, *, reason: str, attributes: Mapping[str, Any] | None = None) -> None:
+    """Link the current span to the one a stored ``traceparent`` names (``reason`` says why); no-op when off."""
+    if traceparent and _impl is not None:
+        _impl.link(traceparent, reason, attributes or {})
 
 
 def carrier() -> dict[str, str] | None:

@@ -13,6 +13,7 @@ import pytest
 import think_actors as ta
 from think_actors.schedule import (
     AgentSchedules,
+    ClassDeclaration,
     FireRecord,
     ManualClock,
     MemoryScheduleStore,
@@ -166,3 +167,17 @@ def test_the_store_of_a_url_or_a_data_dir(tmp_path: Any) -> None:
     assert type(open_schedule_store("postgresql://u@db.example/agents", None)).__name__ == "PostgresScheduleStore"
     with pytest.raises(ta.ConfigurationError, match="unsupported store URL"):
         open_schedule_store("redis://x", None)
+
+
+async def test_the_latest_class_declaration_is_kept_per_class(opener: Opener) -> None:
+    store = opener()
+    assert await store.class_declaration("Inbox") is None
+    hourly = ta.every("1 hour", "hourly", id="h", metadata={"k": [1]}, retry=ta.RetryPolicy(max_attempts=2))
+    first = ClassDeclaration.of("Inbox", [hourly, ta.cron("0 9 * * *", handler="report")], "Europe/Berlin")
+    await store.declare_class(first)
+    await store.declare_class(ClassDeclaration.of("Other", []))
+    assert await opener().class_declaration("Inbox") == first  # another connection reads it
+    await store.declare_class(ClassDeclaration.of("Inbox", []))  # a deployment that dropped them all
+    assert await opener().class_declaration("Inbox") == ClassDeclaration.of("Inbox", [])
+    assert await store.class_declaration("Other") == ClassDeclaration.of("Other", [])
+    await store.close()

@@ -113,7 +113,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
             connect when the agent first needs them, and ``wait_for_mcp_connections`` waits for them.
         include_mcp_tools: Whether the MCP servers' tools are offered to the model (Think's ``includeMcpTools``).
         schedules: Tasks that run on a schedule (Think's ``getScheduledTasks()``): ``ta.every("1 hour", "check
-            the inbox")``, ``ta.cron("0 9 * * mon-fri", handler="report")``; registered when the agent starts.
+            the inbox")``, ``ta.cron("0 9 * * mon-fri", handler="report")``; registered when the agent is
+            provisioned or spawned on Ray and when it starts (``LocalScheduler.attach`` in process).
         default_timezone: The zone of wall-clock schedules that name none (Think's ``getDefaultTimezone()``);
             None means UTC.
     """

@@ -15,7 +15,9 @@ from ray_agents import EchoModel
 
 import think_actors as ta
 from think_actors import registry
+from think_actors.runtime import _require_config
 from think_actors.runtime.scheduler_actor import SCHEDULER_NAME, schedules_of
+from think_actors.schedule import ClassDeclaration, open_schedule_store
 
 pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
 
@@ -44,6 +46,13 @@ async def scheduler() -> AsyncIterator[Any]:
         yield actor
     finally:
         ray.kill(actor, no_restart=True)  # detached: it would outlive the test
+        # The next test's get-or-create would get the dying actor while its name is still taken.
+        for _ in range(200):
+            try:
+                ray.get_actor(SCHEDULER_NAME, namespace="think_actors")
+            except ValueError:
+                break
+            await asyncio.sleep(0.05)
 
 
 async def until(check: Any, timeout_s: float = 60, what: str = "") -> Any:
@@ -118,3 +127,88 @@ async def test_a_hibernated_agent_is_woken_by_its_scheduled_prompt(scheduler: An
     status = await scheduler.status.remote()
     assert status["running"] and status["delivered"] >= 1
     assert ray.get_actor(SCHEDULER_NAME, namespace="think_actors") is not None
+
+
+class Chime(ta.Think):
+    """A class task every 2 s, declared on the class and never registered by an agent's own start in these tests;
+    hibernates after half a second without work."""
+
+    model = EchoModel()
+    idle_timeout_s = 0.5
+    schedules = (ta.every("2 seconds", "chime", id="chime"),)
+
+
+async def test_provisioned_agents_fire_their_class_schedule_without_ever_having_been_started(
+    scheduler: Any, unique: str
+) -> None:
+    handles = [ta.provision(Chime, f"{unique}-{i}") for i in range(3)]
+    for handle in handles:
+        [task] = await schedules_of(handle).list()
+        assert (task.task_id, task.source, task.prompt) == ("chime", "class", "chime")
+        record = registry.lookup("think_actors", handle.path)
+        assert record is not None and not record.resident
+    again = ta.provision(Chime, f"{unique}-0")  # provisioning again keeps the row where it was
+    assert [t.next_at for t in await schedules_of(again).list()] == [
+        t.next_at for t in await schedules_of(handles[0]).list()
+    ]
+
+    async def each_chimed() -> bool:
+        for handle in handles:
+            record = registry.lookup("think_actors", handle.path)
+            if record is None or not record.resident:
+                return False
+            woken = await ta.get(Chime, handle.path.split("/")[-1])
+            if "echo: chime" not in [m.text for m in await woken.get_messages()]:
+                return False
+        return True
+
+    try:
+        await until(each_chimed, timeout_s=120, what="every provisioned agent to chime")
+    finally:
+        for handle in handles:
+            await schedules_of(handle).cancel("chime")
+
+
+class Quiet(ta.Think):
+    """This deployment of the class declares no schedule; an earlier one declared a chime every 2 s."""
+
+    model = EchoModel()
+    idle_timeout_s = 0.5
+
+
+async def test_a_class_row_the_latest_deployment_no_longer_declares_is_dropped_not_fired(
+    scheduler: Any, unique: str
+) -> None:
+    config = _require_config()
+    store = open_schedule_store(config.store_url, config.data_dir)
+    path = f"quiet/{unique}"
+    earlier = ClassDeclaration.of("Quiet", [ta.every("2 seconds", "chime", id="chime")])
+    await store.sync_class_tasks(path, earlier.records(path, time.time()))  # the earlier deployment's row
+    try:
+        handle = ta.provision(Quiet, unique)  # this deployment: it records that Quiet declares nothing now
+        assert await store.class_declaration("Quiet") == ClassDeclaration.of("Quiet", [])
+        assert [t.task_id for t in await schedules_of(handle).list()] == ["chime"]  # still there, not yet due
+
+        async def dropped() -> bool:
+            return await schedules_of(handle).list() == []
+
+        await until(dropped, timeout_s=30, what="the undeclared class row to be dropped when due")
+        record = registry.lookup("think_actors", handle.path)
+        assert record is not None and not record.resident  # nothing was delivered: the agent never started
+        assert await store.list_fires(path) == []
+
+        await schedules_of(handle).schedule(0.5, "ping", task_id="ping")  # a run-time task is never checked
+
+        async def pinged() -> bool:
+            record = registry.lookup("think_actors", handle.path)
+            if record is None or not record.resident:
+                return False
+            woken = await ta.get(Quiet, unique)
+            return "echo: ping" in [m.text for m in await woken.get_messages()]
+
+        await until(pinged, timeout_s=90, what="the run-time task to wake the agent")
+        woken = await ta.get(Quiet, unique)
+        assert [m.text for m in await woken.get_messages()] == ["ping", "echo: ping"]
+        assert [f.task.task_id for f in await store.list_fires(path)] == ["ping"]
+    finally:
+        await store.close()

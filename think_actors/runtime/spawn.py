@@ -3,6 +3,7 @@ started), ``list_agents``."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +16,11 @@ from ..errors import (
     ConfigurationError,
 )
 from ..store import agent_path
+from .class_schedules import declare_class, register_agent
 from .config import _require_config
 from .handles import AgentHandle, _spawn_path
+
+log = logging.getLogger("think_actors")
 
 
 async def spawn(agent_class: type[Think], name: str, *, node_id: str | None = None, **options: Any) -> AgentHandle:
@@ -28,6 +32,11 @@ async def spawn(agent_class: type[Think], name: str, *, node_id: str | None = No
     """
     config = _require_config()
     path = agent_path(kebab_case(agent_class.__name__), name)
+    if isinstance(agent_class, type) and issubclass(agent_class, Think):
+        try:  # what the class declares now; its actor's start writes this agent's rows
+            await declare_class(agent_class, options, config)
+        except Exception:
+            log.exception("the schedules of %s could not be recorded; its agents' starts register them", agent_class)
     return await _spawn_path(agent_class, name, path, options, config, node_id)
 
 
@@ -52,13 +61,19 @@ async def get(agent_class: type[Think], name: str) -> AgentHandle:
 def provision(agent_class: type[Think], name: str, **options: Any) -> AgentHandle:
     """Make the agent ``name`` addressable without starting its actor: the first call through the handle (or
     ``get``, ``spawn``, the gateway) starts it, as it wakes a hibernated one. An agent that exists is left as it
-    is. Costs one registry write, no process: a cluster can hold far more agents than it can keep resident."""
+    is. Costs one registry write, no process: a cluster can hold far more agents than it can keep resident.
+
+    A class that declares ``schedules`` gets the agent's rows in the schedule store now (one transaction; an
+    agent provisioned again keeps them as they are), so the cluster's scheduler fires them before the agent
+    ever ran; its first due prompt starts it."""
     if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
         raise ConfigurationError(f"provision needs a Think subclass, got {agent_class!r}")
     config = _require_config()
     path = agent_path(kebab_case(agent_class.__name__), name)
     options = dict(options)
     options.setdefault("data_dir", config.data_dir)
+    # The class's schedules first: a provisioned agent may never start to register them itself (class_schedules).
+    register_agent(agent_class, path, options, config)
     registry.record_provisioned(config.namespace, path, agent_class, name, options)
     return AgentHandle(None, path, agent_class.__name__)
 

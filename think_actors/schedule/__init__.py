@@ -3,8 +3,8 @@
 Layout: ``spec.py`` (the schedule language, cron, occurrences and the DST rules), ``tasks.py`` (declarations,
 records, the handler's context), ``store.py`` / ``sqlite.py`` / ``postgres.py`` (the tasks and fires of every
 agent), ``clock.py``, ``client.py`` (an agent's side), ``scheduler.py`` (claim and deliver; ``LocalScheduler``
-in process). The cluster's scheduler actor is ``cluster.py``, the one module here that imports ray and the
-runtime; nothing below it imports it, so this package loads without Ray.
+in process). The cluster's scheduler actor is ``runtime/scheduler_actor.py`` and the driver's registration of a
+class's schedules ``runtime/class_schedules.py``: nothing here imports ray, so this package loads without Ray.
 """
 
 from .client import AgentSchedules, run_handler
@@ -13,6 +13,7 @@ from .scheduler import LocalScheduler, Scheduler, deliver_to
 from .spec import Schedule, parse_schedule
 from .store import MemoryScheduleStore, ScheduleStore, open_schedule_store
 from .tasks import (
+    ClassDeclaration,
     FireRecord,
     RetryPolicy,
     ScheduledTask,
@@ -26,6 +27,7 @@ from .tasks import (
 
 __all__ = [
     "AgentSchedules",
+    "ClassDeclaration",
     "Clock",
     "FireRecord",
     "LocalScheduler",

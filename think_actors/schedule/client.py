@@ -18,6 +18,7 @@ from .clock import Clock, SystemClock
 from .spec import Schedule, parse_schedule
 from .store import ScheduleStore
 from .tasks import (
+    ClassDeclaration,
     RetryPolicy,
     ScheduledTask,
     ScheduledTaskContext,
@@ -104,37 +105,11 @@ class AgentSchedules:
         return gone
 
     async def sync_class(self, declared: Sequence[ScheduledTask]) -> None:
-        """Make the store hold exactly the class's declared tasks; an unchanged one keeps its next occurrence."""
-        now = self.clock.now()
-        records = []
-        for task in declared:
-            if not isinstance(task, ScheduledTask):
-                raise ConfigurationError(
-                    f"{self.agent_class}.schedules holds {task!r}: use ta.every(...) or ta.cron(...) entries"
-                )
-            schedule = parse_schedule(task.schedule, self.default_timezone)
-            records.append(
-                TaskRecord(
-                    agent_path=self.agent_path,
-                    agent_class=self.agent_class,
-                    task_id=task.task_id(),
-                    spec=schedule.text,
-                    timezone=schedule.timezone,
-                    kind=schedule.kind,
-                    anchor=now,
-                    prompt=task.prompt,
-                    handler=task.handler,
-                    metadata=dict(task.metadata),
-                    retry=task.retry,
-                    source="class",
-                    created_at=now,
-                    next_at=schedule.first_after(now, now),
-                )
-            )
-        ids = [r.task_id for r in records]
-        if len(set(ids)) != len(ids):
-            raise ConfigurationError(f"{self.agent_class}.schedules declares one task twice: give each its own id=")
-        await self.store.sync_class_tasks(self.agent_path, records)
+        """Make the store hold exactly the class's declared tasks (an unchanged one keeps its next occurrence),
+        and record the declaration as the class's latest (what the scheduler checks a class row against)."""
+        declaration = ClassDeclaration.of(self.agent_class, declared, self.default_timezone)
+        await self.store.sync_class_tasks(self.agent_path, declaration.records(self.agent_path, self.clock.now()))
+        await self.store.declare_class(declaration)
         self._changed()
 
     def _changed(self) -> None:

@@ -16,12 +16,13 @@ import asyncpg
 from ..errors import StoreError
 from ..store._schema import SCHEMA, shared_pool
 from ..store.url import redact_url
-from .tasks import FireRecord, FireStatus, TaskRecord
+from .tasks import ClassDeclaration, FireRecord, FireStatus, TaskRecord
 
 __all__ = ["PostgresScheduleStore"]
 
 _T = f"{SCHEMA}.schedule_tasks"
 _F = f"{SCHEMA}.schedule_fires"
+_C = f"{SCHEMA}.schedule_classes"
 _LOCK = 0x7468696E6B5F7363  # advisory lock id for creating the tables ("think_sc")
 _TABLES = (
     f"""CREATE TABLE IF NOT EXISTS {_T} (
@@ -34,6 +35,7 @@ _TABLES = (
         task text NOT NULL, PRIMARY KEY (agent, key))""",
     f"CREATE INDEX IF NOT EXISTS schedule_fires_open ON {_F} (wake_at) WHERE status IN ('claimed', 'retry')",
     f"CREATE INDEX IF NOT EXISTS schedule_fires_task ON {_F} (agent, task_id)",
+    f"CREATE TABLE IF NOT EXISTS {_C} (agent_class text PRIMARY KEY, body text NOT NULL)",
 )
 _OPEN = "('claimed', 'retry')"
 _FIRE_COLUMNS = "agent, key, scheduled_for, status, attempts, wake_at, owner, error, task_id, task"
@@ -154,6 +156,18 @@ class PostgresScheduleStore:
                         await conn.execute(_UPSERT, agent_path, task.task_id, task.next_at, task.source, task.body())
         except (asyncpg.PostgresError, OSError) as exc:
             raise StoreError(f"schedule store {redact_url(self._url)}: {exc}") from exc
+
+    async def declare_class(self, declaration: ClassDeclaration) -> None:
+        await self._execute(
+            f"INSERT INTO {_C} (agent_class, body) VALUES ($1, $2) "
+            "ON CONFLICT (agent_class) DO UPDATE SET body = EXCLUDED.body",
+            declaration.agent_class,
+            declaration.body(),
+        )
+
+    async def class_declaration(self, agent_class: str) -> ClassDeclaration | None:
+        rows = await self._fetch(f"SELECT body FROM {_C} WHERE agent_class = $1", agent_class)
+        return ClassDeclaration.from_body(agent_class, rows[0]["body"]) if rows else None
 
     async def next_wake_at(self) -> float | None:
         rows = await self._fetch(

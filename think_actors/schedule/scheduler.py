@@ -5,7 +5,11 @@ One pass (``tick``), in this order:
 1. Every task whose ``next_at`` has come is claimed for its *latest* due occurrence, and its ``next_at`` moves to
    the first occurrence after now. No backfill (Think's rule): a scheduler that was down while several
    occurrences passed runs one, the latest. The claim is the store's (store.py): of two schedulers racing, one
-   wins, and only the winner delivers.
+   wins, and only the winner delivers. A class task is first checked against the latest declaration of its
+   agent's class (``ClassDeclaration``, recorded by whoever registered that class last): when the class no longer
+   declares it as it is, the agent's class rows are made the declaration's instead (a dropped task's row goes, a
+   changed one's is replaced), and nothing fires. No declaration recorded (rows of older versions): it fires.
+   Run-time tasks are never checked.
 2. Every open fire that is due again (a retry whose delay has passed, or a claim whose scheduler died before it
    finished: ``claim_s`` after it was taken) is taken by this scheduler for its next attempt.
 3. Each fire is delivered (``deliver``): a prompt becomes the agent's ``submit_messages`` with the occurrence's
@@ -28,13 +32,14 @@ from ..errors import ConfigurationError
 from .client import AgentSchedules
 from .clock import Clock, SystemClock
 from .store import MemoryScheduleStore, ScheduleStore
-from .tasks import FireRecord, TaskRecord, occurrence_key
+from .tasks import ClassDeclaration, FireRecord, TaskRecord, occurrence_key
 
 __all__ = ["Deliver", "LocalScheduler", "Scheduler", "deliver_to"]
 
 log = logging.getLogger("think_actors")
 
 Deliver = Callable[[FireRecord], Awaitable[None]]
+_Declared = tuple[ClassDeclaration, Callable[[TaskRecord], bool]]  # a class's declaration and its matcher
 
 
 async def deliver_to(agent: Any, fire: FireRecord) -> None:
@@ -89,7 +94,10 @@ class Scheduler:
         """Steps 1 and 2 of the module docstring: the fires this scheduler now holds, not yet delivered."""
         now = self.clock.now()
         fires: list[FireRecord] = []
+        declared: dict[str, _Declared | None] = {}  # per class, read once a pass
         for task in await self.store.due_tasks(now, self.batch):
+            if task.source == "class" and not await self._still_declared(task, now, declared):
+                continue
             fire = await self._claim(task, now)
             if fire is not None:
                 fires.append(fire)
@@ -98,6 +106,28 @@ class Scheduler:
             if taken is not None:
                 fires.append(taken)
         return fires
+
+    async def _still_declared(self, task: TaskRecord, now: float, declared: dict[str, _Declared | None]) -> bool:
+        """Step 1's check of a class task; makes the agent's class rows the declaration's when it fails."""
+        if task.agent_class not in declared:
+            try:
+                declaration = await self.store.class_declaration(task.agent_class)
+            except ConfigurationError as exc:  # written by a version that spoke another schedule language
+                log.warning("the schedules declared by %s cannot be read, so not checked: %s", task.agent_class, exc)
+                declaration = None
+            declared[task.agent_class] = None if declaration is None else (declaration, declaration.matcher())
+        found = declared[task.agent_class]
+        if found is None or found[1](task):
+            return True
+        declaration = found[0]
+        log.info(
+            "schedule %s of %s is not declared by %s as it is now: not fired, the agent's class rows follow the class",
+            task.task_id,
+            task.agent_path,
+            task.agent_class,
+        )
+        await self.store.sync_class_tasks(task.agent_path, declaration.records(task.agent_path, now))
+        return False
 
     async def _claim(self, task: TaskRecord, now: float) -> FireRecord | None:
         try:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import StoreError
-from .tasks import FireRecord, FireStatus, TaskRecord
+from .tasks import ClassDeclaration, FireRecord, FireStatus, TaskRecord
 
 __all__ = ["SQLiteScheduleStore"]
 
@@ -29,6 +29,7 @@ _SCHEMA = (
         task TEXT NOT NULL, PRIMARY KEY (agent, key))""",
     "CREATE INDEX IF NOT EXISTS schedule_fires_open ON schedule_fires (wake_at) WHERE status IN ('claimed', 'retry')",
     "CREATE INDEX IF NOT EXISTS schedule_fires_task ON schedule_fires (agent, task_id)",
+    "CREATE TABLE IF NOT EXISTS schedule_classes (agent_class TEXT PRIMARY KEY, body TEXT NOT NULL)",
 )
 _OPEN = "('claimed', 'retry')"
 _FIRE_COLUMNS = "agent, key, scheduled_for, status, attempts, wake_at, owner, error, task_id, task"
@@ -117,6 +118,17 @@ class SQLiteScheduleStore:
                         "VALUES (?, ?, ?, ?, ?)",
                         (agent_path, task.task_id, task.next_at, task.source, task.body()),
                     )
+
+    async def declare_class(self, declaration: ClassDeclaration) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO schedule_classes (agent_class, body) VALUES (?, ?)",
+                (declaration.agent_class, declaration.body()),
+            )
+
+    async def class_declaration(self, agent_class: str) -> ClassDeclaration | None:
+        rows = self._read("SELECT body FROM schedule_classes WHERE agent_class = ?", (agent_class,))
+        return ClassDeclaration.from_body(agent_class, rows[0][0]) if rows else None
 
     async def next_wake_at(self) -> float | None:
         row = self._read(

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from ..store import check_store_url
-from .tasks import OPEN_FIRES, FireRecord, FireStatus, TaskRecord
+from .tasks import OPEN_FIRES, ClassDeclaration, FireRecord, FireStatus, TaskRecord
 
 __all__ = ["SCHEDULE_FILE", "MemoryScheduleStore", "ScheduleStore", "open_schedule_store"]
 
@@ -42,6 +42,12 @@ class ScheduleStore(Protocol):
 
     async def sync_class_tasks(self, agent_path: str, tasks: Sequence[TaskRecord]) -> None:
         """Make the agent's class-declared tasks exactly ``tasks``; an unchanged declaration keeps its row."""
+
+    async def declare_class(self, declaration: ClassDeclaration) -> None:
+        """Record what the class ``declaration.agent_class`` declares now (replacing what it declared before)."""
+
+    async def class_declaration(self, agent_class: str) -> ClassDeclaration | None:
+        """The latest declaration recorded for the class; None when none was (rows of older versions)."""
 
     async def next_wake_at(self) -> float | None:
         """The earliest ``next_at`` of a task or ``wake_at`` of an open fire."""
@@ -94,6 +100,7 @@ class MemoryScheduleStore:
     def __init__(self) -> None:
         self._tasks: dict[tuple[str, str], TaskRecord] = {}
         self._fires: dict[tuple[str, str], FireRecord] = {}
+        self._classes: dict[str, ClassDeclaration] = {}
 
     async def put_task(self, task: TaskRecord) -> None:
         self._tasks[(task.agent_path, task.task_id)] = task
@@ -120,6 +127,12 @@ class MemoryScheduleStore:
             old = self._tasks.get((agent_path, task.task_id))
             if old is None or not old.same_declaration(task):
                 self._tasks[(agent_path, task.task_id)] = task
+
+    async def declare_class(self, declaration: ClassDeclaration) -> None:
+        self._classes[declaration.agent_class] = declaration
+
+    async def class_declaration(self, agent_class: str) -> ClassDeclaration | None:
+        return self._classes.get(agent_class)
 
     async def next_wake_at(self) -> float | None:
         times = [t.next_at for t in self._tasks.values() if t.next_at is not None]

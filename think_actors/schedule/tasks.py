@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -20,6 +21,7 @@ from ..errors import ConfigurationError
 from .spec import Schedule, ScheduleKind, parse_schedule
 
 __all__ = [
+    "ClassDeclaration",
     "FireRecord",
     "RetryPolicy",
     "ScheduledTask",
@@ -84,6 +86,96 @@ class ScheduledTask:
             return check_task_id(self.id)
         digest = hashlib.sha256(f"{self.schedule}\0{self.prompt}\0{self.handler}".encode()).hexdigest()[:12]
         return f"class-{digest}"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClassDeclaration:
+    """What an agent class declares: its ``schedules`` and the zone of those that name none.
+
+    The schedule store keeps the latest one registered per class name (``ScheduleStore.declare_class``), so a
+    scheduler can tell a class row that the class no longer declares from one it does without importing the
+    class: the process that registers it runs the class's current code, the scheduler may not.
+    """
+
+    agent_class: str
+    default_timezone: str
+    tasks: tuple[ScheduledTask, ...]
+
+    @classmethod
+    def of(cls, agent_class: str, declared: Any, default_timezone: str | None = None) -> ClassDeclaration:
+        """The declaration of ``declared`` (a class's ``schedules``); ConfigurationError for an entry that is not a
+        ``ScheduledTask`` or two entries with one id."""
+        tasks = tuple(declared)
+        for task in tasks:
+            if not isinstance(task, ScheduledTask):
+                raise ConfigurationError(
+                    f"{agent_class}.schedules holds {task!r}: use ta.every(...) or ta.cron(...) entries"
+                )
+        ids = [t.task_id() for t in tasks]
+        if len(set(ids)) != len(ids):
+            raise ConfigurationError(f"{agent_class}.schedules declares one task twice: give each its own id=")
+        return cls(agent_class=agent_class, default_timezone=default_timezone or "UTC", tasks=tasks)
+
+    def records(self, agent_path: str, now: float) -> list[TaskRecord]:
+        """The agent's class rows, as a registration at ``now`` writes them."""
+        records = []
+        for task in self.tasks:
+            schedule = parse_schedule(task.schedule, self.default_timezone)
+            records.append(
+                TaskRecord(
+                    agent_path=agent_path,
+                    agent_class=self.agent_class,
+                    task_id=task.task_id(),
+                    spec=schedule.text,
+                    timezone=schedule.timezone,
+                    kind=schedule.kind,
+                    anchor=now,
+                    prompt=task.prompt,
+                    handler=task.handler,
+                    metadata=dict(task.metadata),
+                    retry=task.retry,
+                    source="class",
+                    created_at=now,
+                    next_at=schedule.first_after(now, now),
+                )
+            )
+        return records
+
+    def matcher(self) -> Callable[[TaskRecord], bool]:
+        """``declares(task)``: whether ``task``, a class row of an agent of this class, is one of these
+        declarations as they are (the rows are built once, for every agent the matcher is asked about)."""
+        templates = {r.task_id: r for r in self.records("", 0.0)}
+
+        def declares(task: TaskRecord) -> bool:
+            template = templates.get(task.task_id)
+            return template is not None and task.same_declaration(replace(template, agent_path=task.agent_path))
+
+        return declares
+
+    def body(self) -> str:
+        tasks = [
+            {
+                "schedule": t.schedule,
+                "prompt": t.prompt,
+                "handler": t.handler,
+                "id": t.id,
+                "metadata": t.metadata,
+                "retry": [t.retry.max_attempts, t.retry.base_delay_s, t.retry.max_delay_s],
+            }
+            for t in self.tasks
+        ]
+        return json.dumps({"default_timezone": self.default_timezone, "tasks": tasks}, separators=(",", ":"))
+
+    @classmethod
+    def from_body(cls, agent_class: str, body: str) -> ClassDeclaration:
+        f = json.loads(body)
+        tasks = []
+        for t in f["tasks"]:
+            attempts, base, most = t.pop("retry")
+            tasks.append(
+                ScheduledTask(retry=RetryPolicy(max_attempts=attempts, base_delay_s=base, max_delay_s=most), **t)
+            )
+        return cls(agent_class=agent_class, default_timezone=f["default_timezone"], tasks=tuple(tasks))
 
 
 def every(schedule: str, prompt: str | None = None, *, handler: str | None = None, **options: Any) -> ScheduledTask:

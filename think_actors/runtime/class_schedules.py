@@ -6,10 +6,10 @@ and the cluster's scheduler use, and the scheduler fires them without the agent 
 ``spawn`` records the class's declaration the same way (its actor's start writes the agent's rows, as before), so
 a deployment whose class dropped a schedule is known to the scheduler before any of its old agents wakes.
 
-Cheap for bulk provisioning: a class without schedules writes no row per agent, and its (empty) declaration
-once per process and store; a class with schedules writes the agent's rows, built once per declaration, in one
+Cheap for bulk provisioning: a class with schedules writes the agent's rows, built once per declaration, in one
 transaction that leaves an unchanged declaration's rows as they are (idempotent: provisioning an agent again
-changes nothing), then its declaration. Every spawn writes the declaration: the latest registration wins. The store is
+changes nothing); a class without schedules writes no row. Provisioning writes the class's declaration once per
+process and store, every spawn writes it again: the latest registration wins. The store is
 used from one thread of this process with its own event loop, because ``provision`` is synchronous and may be
 called from inside the caller's running loop; it blocks its caller for the write, as the registry's write does.
 """
@@ -107,7 +107,8 @@ class _Registrar:
             if rows is None:
                 rows = self._rows[declaration.body()] = _Rows(declaration)
             await self._store(location).sync_class_tasks(path, rows.for_agent(path, time.time()))
-        await self.declare(location, declaration)
+        if not self.declared(location, declaration):
+            await self.declare(location, declaration)
 
 
 _registrar: _Registrar | None = None

@@ -10,26 +10,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import pytest
 import ray
 from aiohttp import web
-from opentelemetry import trace
+from helpers import greeting
+from opentelemetry import propagate, trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from ray_agents import CrashAgent, CrashControl
+from ray_agents import CrashAgent, CrashControl, ServerBacked
 
 import think_actors as ta
 from think_actors import tracing
-from think_actors.testing import ScriptedModel, step, text, tool_call
+from think_actors.gateway.ray_server import start_gateways
+from think_actors.testing import ScriptedModel, ScriptedOpenAIServer, step, text, tool_call
 
 WAIT_S = 60
 
@@ -52,6 +56,7 @@ class Received:
     links: tuple[tuple[str, str, dict[str, Any]], ...]
     status: int  # 0 unset, 1 ok, 2 error
     start_ns: int
+    kind: int  # 1 internal, 2 server, 3 client
 
 
 class OtlpReceiver:
@@ -89,6 +94,7 @@ class OtlpReceiver:
                             ),
                             status=span.status.code,
                             start_ns=span.start_time_unix_nano,
+                            kind=span.kind,
                         )
                     )
         self.changed.set()
@@ -279,3 +285,160 @@ async def test_a_task_tool_runs_under_its_tool_calls_span_in_the_tasks_process(
     ]
     (task,) = [s for s in spans if s.name == "run_task crunch"]
     assert task.resource["process.pid"] != turn.resource["process.pid"]  # the task ran in another worker
+
+
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # OTLP's span kinds
+
+
+@pytest.mark.timeout(120)
+async def test_the_model_servers_span_of_a_call_is_a_child_of_the_agents_chat_span(
+    receiver: OtlpReceiver, unique: str
+) -> None:
+    async with ScriptedOpenAIServer(model="gpt-4o-mini-2024-07-18") as server:
+        server.add_text("Pooled.", usage={"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13})
+        server.add_error(400, message="the request is malformed", error_type="invalid_request_error")
+        agent = await ta.spawn(ServerBacked, unique, model="openai/gpt-4o-mini", api_base=server.base_url)
+        assert (await agent.save_messages("hi")).status == "completed"
+        assert (await agent.save_messages("again")).status == "error"
+
+    def served(spans: list[Received]) -> list[Received]:
+        return [s for s in spans if s.name == "chat openai/gpt-4o-mini" and s.kind == SERVER]
+
+    def turns_ended(spans: list[Received]) -> int:
+        return len([s for s in spans if s.name == "invoke_agent ServerBacked"])
+
+    spans = await receiver.until(lambda got: len(served(got)) == 2 and turns_ended(got) == 2)
+    answered, failed = sorted(served(spans), key=lambda s: s.start_ns)
+    turns = sorted((s for s in spans if s.name == "invoke_agent ServerBacked"), key=lambda s: s.start_ns)
+    assert [tree(spans, turn) for turn in turns] == [
+        [(0, "invoke_agent ServerBacked"), (1, "chat openai/gpt-4o-mini"), (2, "chat openai/gpt-4o-mini")]
+    ] * 2
+    (agents_chat,) = [s for s in spans if s.span_id == answered.parent_id]
+    assert (agents_chat.kind, agents_chat.trace_id) == (CLIENT, answered.trace_id)
+    # The model server is a process of its own, neither the agent's nor this driver's.
+    assert answered.resource["process.pid"] not in {agents_chat.resource["process.pid"], os.getpid()}
+    node_id = ray.get_runtime_context().get_node_id()
+    assert answered.attributes == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "openai/gpt-4o-mini",
+        "gen_ai.provider.name": "openai",
+        "think_actors.node_id": node_id,
+        "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
+        "gen_ai.response.id": "chatcmpl-scripted-1",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "gen_ai.usage.input_tokens": 11,
+        "gen_ai.usage.output_tokens": 2,
+        "think_actors.cost_usd": pytest.approx(11 * 0.15e-6 + 2 * 0.6e-6),
+    }
+    assert (failed.status, failed.attributes["error.type"]) == (2, "ProviderError")
+
+
+@ray.remote
+class Library:
+    """A user's own actor: it sets up tracing in its process and opens its spans under the caller's."""
+
+    def __init__(self, endpoint: str):
+        tracing.configure(ta.TracingConfig(endpoint=endpoint, export_delay_ms=50))
+
+    async def lookup(self, isbn: str, trace_context: dict[str, str] | None = None) -> str:
+        """Look a book up by its ISBN."""
+        parent = propagate.extract(trace_context or {})
+        with trace.get_tracer("library").start_as_current_span("catalogue lookup", context=parent):
+            return f"book {isbn} ({os.getpid()})"
+
+
+class Librarian(ta.Think):
+    model = ScriptedModel([tool_call("lookup", {"isbn": "42"}, id="c-l"), text("Found it.")])
+
+    def __init__(self, *args: Any, library: str, namespace: str, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tools = (ta.actor_tool(library, "lookup", actor_class=Library, namespace=namespace),)
+
+
+@pytest.mark.timeout(120)
+async def test_a_user_actor_tools_spans_nest_under_its_execute_tool_span(
+    receiver: OtlpReceiver, ray_runtime: Any, unique: str
+) -> None:
+    name = f"library/{unique}"
+    library = Library.options(name=name, namespace=ray_runtime.namespace).remote(receiver.url)  # type: ignore[attr-defined]
+    try:
+        agent = await ta.spawn(Librarian, unique, library=name, namespace=ray_runtime.namespace)
+        assert (await agent.save_messages("find 42")).status == "completed"
+        spans = await receiver.until(
+            lambda got: {"invoke_agent Librarian", "catalogue lookup"} <= {s.name for s in got}
+        )
+    finally:
+        ray.kill(library)
+    (turn,) = [s for s in spans if s.name == "invoke_agent Librarian"]
+    assert tree(spans, turn) == [
+        (0, "invoke_agent Librarian"),
+        (1, "chat scripted"),
+        (1, "chat scripted"),
+        (1, "execute_tool lookup"),
+        (2, "catalogue lookup"),  # in the library's process, under the tool call
+    ]
+    (lookup,) = [s for s in spans if s.name == "catalogue lookup"]
+    assert lookup.resource["process.pid"] != turn.resource["process.pid"]
+
+
+class Nightly(ta.Think):
+    model = ScriptedModel([text("Report written.")])
+
+
+@pytest.mark.timeout(120)
+async def test_a_submissions_drain_links_to_the_trace_that_submitted_it(receiver: OtlpReceiver, unique: str) -> None:
+    agent = await ta.spawn(Nightly, unique)
+    with trace.get_tracer("test").start_as_current_span("nightly job") as job:
+        submission = await agent.submit_messages("write the report")
+    done = await agent.wait_for_submission(submission.submission_id, timeout_s=WAIT_S)
+    assert done.status == "completed"
+    spans = await receiver.until(lambda got: any(s.name == "drain_submissions Nightly" for s in got))
+    (drain,) = [s for s in spans if s.name == "drain_submissions Nightly"]
+    job_trace = format(job.get_span_context().trace_id, "032x")
+    job_span = format(job.get_span_context().span_id, "016x")
+    assert drain.links == (
+        (job_trace, job_span, {"think_actors.link": "drains", "think_actors.submission_id": submission.submission_id}),
+    )
+    assert drain.trace_id != job_trace  # the drain is a trace of its own, linked to the submitter's
+    assert tree(spans, drain) == [(0, "drain_submissions Nightly"), (1, "invoke_agent Nightly"), (2, "chat scripted")]
+
+
+@pytest.mark.timeout(120)
+async def test_the_gateway_actors_chat_request_is_the_parent_of_the_agents_turn(
+    receiver: OtlpReceiver, unique: str
+) -> None:
+    gateways = await start_gateways("ray_agents", host="127.0.0.1", port=0, options={})
+    try:
+        [(_, url)] = gateways
+        async with aiohttp.ClientSession() as session, session.ws_connect(f"{url}/agents/survivor/{unique}") as ws:
+            await greeting(ws)
+            body = {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "traced"}]}]}
+            frame = {
+                "type": "cf_agent_use_chat_request",
+                "id": "r1",
+                "init": {"method": "POST", "body": json.dumps(body)},
+            }
+            await ws.send_str(json.dumps(frame))
+            while True:
+                data = json.loads((await asyncio.wait_for(ws.receive(), 30)).data)
+                if data["type"] == "cf_agent_use_chat_response" and data["done"]:
+                    break
+        assert data["outcome"] == "completed"
+        spans = await receiver.until(
+            lambda got: {f"chat_request survivor/{unique}", "invoke_agent Survivor"} <= {s.name for s in got}
+        )
+    finally:
+        for actor, _ in gateways:
+            await actor.stop.remote()
+            ray.kill(actor)
+    (request,) = [s for s in spans if s.name == f"chat_request survivor/{unique}"]
+    assert (request.kind, request.parent_id, request.attributes["think_actors.request_id"]) == (SERVER, "", "r1")
+    assert tree(spans, request) == [
+        (0, f"chat_request survivor/{unique}"),
+        (1, "invoke_agent Survivor"),
+        (2, "chat echo"),
+    ]
+    (turn,) = [s for s in spans if s.name == "invoke_agent Survivor"]
+    assert turn.trace_id == request.trace_id and turn.attributes["think_actors.request_id"] == "r1"
+    # The gateway runs in an actor of its own, the agent in another: one trace across both.
+    assert len({request.resource["process.pid"], turn.resource["process.pid"], os.getpid()}) == 3

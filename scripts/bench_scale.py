@@ -184,11 +184,11 @@ async def converse_all(
 
     system = system or system_pids()
     threads_before = thread_cpu(pids)
-    before = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
+    before = {"actors": cpu_seconds(pids), **{k: cpu_seconds(v) for k, v in system.items()}}
     began = time.perf_counter()
     await asyncio.gather(*(converse(i, t) for i, t in enumerate(targets)))
     elapsed = time.perf_counter() - began
-    after = {"actors": cpu_seconds(pids), "driver": cpu_seconds(system["driver"]), "ray": cpu_seconds(system["ray"])}
+    after = {"actors": cpu_seconds(pids), **{k: cpu_seconds(v) for k, v in system.items()}}
     threads_after = thread_cpu(pids)
     spent = {k: (v - threads_before.get(k, 0.0)) / len(latencies) * 1e3 for k, v in threads_after.items()}
     top = sorted(spent.items(), key=lambda kv: -kv[1])[:6]
@@ -250,12 +250,27 @@ def cluster_cpus() -> list[int]:
     return [cores - 2 * (cores // 2), cores // 2, cores // 2]
 
 
-def cluster_system_pids(cluster: Any) -> dict[str, list[int]]:
-    """This driver, and every node's raylet and the head's GCS server."""
-    found: dict[str, list[int]] = {"driver": [os.getpid()], "ray": []}
+def cluster_system_pids(cluster: Any, postgres: Any) -> dict[str, list[int]]:
+    """This driver, every node's raylet and the head's GCS server, and the PostgreSQL server's processes (its
+    postmaster and the backends of the connections open now)."""
+    found: dict[str, list[int]] = {"driver": [os.getpid()], "ray": [], "postgres": []}
     for node in [cluster.head_node, *cluster.worker_nodes]:
         for name in ("raylet", "gcs_server"):
             found["ray"] += [p.process.pid for p in node.all_processes.get(name, [])]
+    postmaster = int((postgres.data_dir / "postmaster.pid").read_text().split()[0])
+    found["postgres"] = [postmaster, *(c.pid for c in psutil.Process(postmaster).children())]
+    return found
+
+
+def node_workers(cluster: Any) -> list[psutil.Process]:
+    """The worker processes of every node of the cluster (its raylets' children)."""
+    found = []
+    for node in [cluster.head_node, *cluster.worker_nodes]:
+        for raylet in node.all_processes.get("raylet", []):
+            try:
+                found += psutil.Process(raylet.process.pid).children()
+            except psutil.NoSuchProcess:
+                continue
     return found
 
 
@@ -289,10 +304,10 @@ async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dic
         namespace = f"bench-cluster-{time.time_ns()}"
         ta.init(address=cluster.address, store=server.dsn(), data_dir=data_dir, namespace=namespace, warm_workers=0)
         labels = {cluster.head_node.node_id: "head", **{w.node_id: f"w{i + 1}" for i, w in enumerate(workers)}}
-        system = cluster_system_pids(cluster)
         bare = await start_in_waves(lambda i: _spread_bare(), most)
         bare_pids = [await a.pid.remote() for a in bare]
         bare_nodes = [labels.get(await a.node.remote(), "?") for a in bare]
+        system = cluster_system_pids(cluster, server)
         bare_rows = [await converse_all(bare[:n], bare_turn, turns, bare_pids[:n], system) for n in sizes]
         for actor in bare:
             ray_kill(actor)
@@ -300,6 +315,7 @@ async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dic
         handles = await start_in_waves(lambda i: ta.spawn(Worker, f"cl-{i}"), most)
         infos = [await h.info() for h in handles]
         nodes = [labels.get(info["node_id"], "?") for info in infos]
+        system = cluster_system_pids(cluster, server)  # the agents' connections are open now
         rows = []
         for n, row_bare in zip(sizes, bare_rows, strict=True):
             row = await converse_all(handles[:n], agent_turn, turns, [info["pid"] for info in infos[:n]], system)
@@ -312,9 +328,21 @@ async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dic
         from think_actors.store.postgres import close_pools
 
         await close_pools()  # this process's own, before its server goes
+        # And the pool of the thread that writes class schedules for ta.spawn (its own event loop): ta.shutdown
+        # leaves it open, and it would retry its connections to the stopped server forever.
+        from think_actors.runtime import class_schedules
+
+        registrar = getattr(class_schedules, "_registrar", None)
+        if registrar is not None:
+            await asyncio.wrap_future(registrar.run(close_pools()))
         ta.shutdown()
         if cluster is not None:
+            left = node_workers(cluster)
             cluster.shutdown()
+            # Workers notice their raylet's end within seconds; the store's server goes once they have.
+            _, alive = psutil.wait_procs(left, timeout=30)
+            for process in alive:
+                process.kill()
         server.stop()
 
 
@@ -329,6 +357,11 @@ def by_node(nodes: list[str], by_target: list[list[float]], turns_per_s: float) 
     return ", ".join(parts)
 
 
+def cpu_line(row: dict[str, Any], prefix: str) -> str:
+    parts = ("actors", "driver", "ray", "postgres")
+    return " + ".join(f"{row[f'{prefix}cpu_ms_{k}']:.1f}" for k in parts) + " ms"
+
+
 def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str]]:
     """(d)'s printed line and its rows of the summary table."""
     cores = os.cpu_count() or 2
@@ -339,6 +372,8 @@ def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str
         f"once: bare actors {row['bare_turns_per_s']:.1f} turns/s, p50 {row['bare_p50'] * 1e3:.0f} ms, "
         f"p99 {row['bare_p99'] * 1e3:.0f} ms; agents {row['turns_per_s']:.1f} turns/s, p50 {row['p50'] * 1e3:.0f} "
         f"ms, p99 {row['p99'] * 1e3:.0f} ms [load {load()}]\n"
+        f"    CPU per turn, actors + driver + raylets/GCS + PostgreSQL: bare {cpu_line(row, 'bare_')}; agents "
+        f"{cpu_line(row, '')}\n"
         f"    bare actors by node: {by_node(row['bare_nodes'], row['bare_by_target'], row['bare_turns_per_s'])}\n"
         f"    agents by node: {by_node(row['nodes'], row['by_target'], row['turns_per_s'])}",
         flush=True,
@@ -346,6 +381,7 @@ def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str
     cpu = row["cpu_ms_actors"] + row["cpu_ms_driver"] + row["cpu_ms_ray"]
     bare_cpu = row["bare_cpu_ms_actors"] + row["bare_cpu_ms_driver"] + row["bare_cpu_ms_ray"]
     name = f"(d) 3-node cluster, N = {n}"
+    pg = f"{row['cpu_ms_postgres']:.1f} vs {row['bare_cpu_ms_postgres']:.1f}"
     return [
         (
             f"{name}: turns/s, agents vs bare actors",
@@ -372,8 +408,8 @@ def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str
             "(reported)",
         ),
         (
-            f"{name}: CPU per turn (actors + driver + raylets/GCS)",
-            f"{cpu:.1f} vs {bare_cpu:.1f} ms, {cpu / bare_cpu:.2f}x",
+            f"{name}: CPU per turn (actors + driver + raylets/GCS; PostgreSQL beside it)",
+            f"{cpu:.1f} vs {bare_cpu:.1f} ms, {cpu / bare_cpu:.2f}x; PostgreSQL {pg} ms",
             "(reported)",
         ),
     ]

@@ -126,11 +126,13 @@ class PooledModel:
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         deadline = time.monotonic() + _SERVER_RESTART_S
         while True:
-            # The agent's chat span (current while its model call runs) is the parent of the server's.
-            trace = tracing.carrier()
-            config = tracing.current_config() if trace else None
             call = self._server().stream.options(num_returns="streaming")
-            remote = RemoteStream(call.remote(request, trace, config))
+            # Traced, the agent's chat span (current while its model call runs) is the parent of the server's;
+            # untraced, the call is what it always was.
+            trace = tracing.carrier()
+            remote = RemoteStream(
+                call.remote(request) if trace is None else call.remote(request, trace, tracing.current_config())
+            )
             started = False
             try:
                 try:

@@ -94,6 +94,20 @@ async def test_rows_of_a_class_with_no_recorded_declaration_fire_as_before() -> 
     assert await fired_prompts(scheduler, agent) == ["check the mail"]
 
 
+async def test_a_declaration_that_cannot_be_read_leaves_its_rows_firing(tmp_path: Any) -> None:
+    clock = ta.ManualClock(START)
+    store = SQLiteScheduleStore(str(tmp_path / "_schedules.db"))
+    scheduler = ta.LocalScheduler(store, clock=clock)
+    agent = deployment((HOURLY,))("a", store=ta.MemoryStore())
+    await scheduler.attach(agent)
+    for damaged in ('{"tasks": []}', '{"default_timezone": "UTC", "tasks": [{"schedule": "every fortnight"}]}'):
+        with store._write() as conn:  # a damaged row, and one of a version that spoke another schedule language
+            conn.execute("UPDATE schedule_classes SET body = ? WHERE agent_class = 'Mailbox'", (damaged,))
+        clock.advance(3600)
+        assert await fired_prompts(scheduler, agent) == ["check the mail"]
+    await store.close()
+
+
 async def test_a_class_declaration_round_trips_and_matches_only_its_own_rows() -> None:
     declaration = ClassDeclaration.of(
         "Mailbox",

@@ -112,10 +112,10 @@ class Scheduler:
         if task.agent_class not in declared:
             try:
                 declaration = await self.store.class_declaration(task.agent_class)
-            except ConfigurationError as exc:  # written by a version that spoke another schedule language
-                log.warning("the schedules declared by %s cannot be read, so not checked: %s", task.agent_class, exc)
-                declaration = None
-            declared[task.agent_class] = None if declaration is None else (declaration, declaration.matcher())
+                declared[task.agent_class] = None if declaration is None else (declaration, declaration.matcher())
+            except (ConfigurationError, ValueError, KeyError, TypeError) as exc:  # another version's, or damaged
+                log.warning("the schedules declared by %s cannot be read, so not checked: %r", task.agent_class, exc)
+                declared[task.agent_class] = None
         found = declared[task.agent_class]
         if found is None or found[1](task):
             return True

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import think_actors as ta
+from think_actors import metrics
 from think_actors.metrics import MetricsSnapshot, snapshot
 from think_actors.testing import ScriptedModel, delay, error, step, text, tool_call
 
@@ -190,3 +191,44 @@ def test_without_ray_initialized_metrics_never_import_or_start_ray() -> None:
         "completed False False",
         "{'completed': 2}",
     ]
+
+
+class _Points:
+    """Stands where a Ray ``Counter`` / ``Histogram`` would: keeps the calls it gets, in order."""
+
+    def __init__(self, calls: list[tuple[Any, ...]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def inc(self, value: float, tags: dict[str, str]) -> None:
+        self.calls.append((self.name, "inc", value, tags))
+
+    def observe(self, value: float, tags: dict[str, str]) -> None:
+        self.calls.append((self.name, "observe", round(value, 6) > 0, tags))
+
+
+async def test_ray_points_wait_for_one_flush_counters_summed(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+    names = ("turns", "steps", "input_tokens", "output_tokens", "cost_usd", "tool_calls", "errors")
+    recorder = type("Recorder", (), {n: _Points(calls, n) for n in (*names, "turn_duration", "first_chunk")})()
+    monkeypatch.setattr(metrics, "_ray_ready", lambda: True)
+    monkeypatch.setattr(metrics, "_ray_metrics", lambda: recorder)
+
+    class FlushedMetrics(ta.Think):
+        pass
+
+    model = ScriptedModel([step(text("a"), usage=ta.Usage(input_tokens=3, output_tokens=1)) for _ in range(3)])
+    agent = FlushedMetrics("a", model=model, store=ta.MemoryStore())
+    for _ in range(3):
+        await agent.save_messages("hi")
+    assert calls == []  # three turns, nothing recorded in Ray yet: the points wait for the flush
+    metrics.flush()
+    tags = {"agent_class": "FlushedMetrics"}
+    assert calls == [
+        ("turns", "inc", 3, {**tags, "status": "completed"}),
+        ("steps", "inc", 3, tags),
+        ("input_tokens", "inc", 9, tags),
+        ("output_tokens", "inc", 3, tags),
+        *[(name, "observe", True, tags) for _ in range(3) for name in ("turn_duration", "first_chunk")],
+    ]
+    metrics.flush()
+    assert len(calls) == 10  # flushed points are gone

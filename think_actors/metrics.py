@@ -8,6 +8,11 @@ where Ray is initialized in the process (an actor, or a driver after ``ray.init`
 without Ray it never imports ``ray``. Ray exports them on each node's metrics endpoint (Prometheus text, with a
 ``ray_`` prefix and ``_total`` on counters), which the Ray dashboard and Grafana read.
 
+A Ray metric point costs tens of microseconds of the agent's event loop (tag checks, then Ray's own recorder), so
+the points of a process wait up to ``FLUSH_S`` and go to Ray together: counters summed by label set, histogram
+points one by one (Ray has no call for several). Ray itself exports a worker's points only every few seconds, so
+nothing is seen later for it; a process that hibernates flushes first, one killed loses at most ``FLUSH_S``.
+
 =========================================  =========  ==========================================
 metric                                     kind       labels (besides Ray's node/worker labels)
 =========================================  =========  ==========================================
@@ -28,6 +33,8 @@ Labels stay bounded: never an agent's name or a request id; tool names come from
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import dataclasses
 import os
 import sys
@@ -44,6 +51,7 @@ __all__ = [
     "MetricsRecorder",
     "MetricsSnapshot",
     "enabled",
+    "flush",
     "snapshot",
 ]
 
@@ -51,6 +59,7 @@ METRICS_ENV = "THINK_ACTORS_METRICS"  # "0" / "false" / "off": no agent of this 
 MAX_TOOL_LABELS = 100
 TURN_DURATION_BOUNDARIES_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 FIRST_CHUNK_BOUNDARIES_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+FLUSH_S = 1.0  # how long a Ray metric point may wait for the others of its process (module docstring)
 _TIMED = frozenset({"completed", "error", "aborted"})  # a skipped turn did nothing: no latency to record
 
 
@@ -127,9 +136,7 @@ class MetricsRecorder:
             stage = str(event.payload.get("stage") or "unknown")
             totals = _totals.setdefault(event.agent, _Totals())
             totals.errors[stage] = totals.errors.get(stage, 0) + 1
-            ray_metrics = _ray_metrics()
-            if ray_metrics is not None:
-                ray_metrics.errors.inc(1, {"agent_class": event.agent, "stage": stage})
+            _count("errors", 1, (("agent_class", event.agent), ("stage", stage)))
 
     def _turn_finished(self, agent_class: str, payload: dict[str, Any]) -> None:
         status = str(payload.get("status") or "unknown")
@@ -162,26 +169,73 @@ class MetricsRecorder:
             totals.first_chunks += 1
             totals.first_chunk_seconds += first_chunk_s
 
-        ray_metrics = _ray_metrics()
-        if ray_metrics is None:
+        if not _ray_ready():
             return
-        tags = {"agent_class": agent_class}
-        ray_metrics.turns.inc(1, {"agent_class": agent_class, "status": status})
-        # Ray refuses to add zero to a counter, and a zero adds nothing anyway.
-        for counter, value in (
-            (ray_metrics.steps, steps),
-            (ray_metrics.input_tokens, input_tokens),
-            (ray_metrics.output_tokens, output_tokens),
-            (ray_metrics.cost_usd, cost),
+        tags = (("agent_class", agent_class),)
+        _count("turns", 1, (*tags, ("status", status)))
+        for name, value in (
+            ("steps", steps),
+            ("input_tokens", input_tokens),
+            ("output_tokens", output_tokens),
+            ("cost_usd", cost),
         ):
-            if value > 0:
-                counter.inc(value, tags)
+            _count(name, value, tags)
         for tool, outcome, count in tool_calls:
-            ray_metrics.tool_calls.inc(count, {"agent_class": agent_class, "tool": tool, "outcome": outcome})
+            _count("tool_calls", count, (*tags, ("tool", tool), ("outcome", outcome)))
         if duration_s is not None:
-            ray_metrics.turn_duration.observe(duration_s, tags)
+            _observed.append(("turn_duration", duration_s, tags))
         if first_chunk_s is not None:
-            ray_metrics.first_chunk.observe(first_chunk_s, tags)
+            _observed.append(("first_chunk", first_chunk_s, tags))
+        _flush_later()
+
+
+# Ray metric points waiting for ``flush``: counter sums by (metric, labels), histogram points in order.
+_Labels = tuple[tuple[str, str], ...]
+_counts: dict[tuple[str, _Labels], float] = {}
+_observed: list[tuple[str, float, _Labels]] = []
+_flush_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
+
+
+def _count(name: str, value: float, labels: _Labels) -> None:
+    if value > 0 and _ray_ready():  # Ray refuses to add zero to a counter, and a zero adds nothing anyway
+        _counts[name, labels] = _counts.get((name, labels), 0) + value
+        _flush_later()
+
+
+def _flush_later() -> None:
+    """Flush within ``FLUSH_S``: on this thread's event loop, or at once where none runs."""
+    global _flush_timer
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        flush()
+        return
+    if _flush_timer is not None:
+        if _flush_timer[0] is loop:
+            return
+        _flush_timer[1].cancel()  # an earlier loop's (a driver's ``asyncio.run`` that ended): this one flushes
+    _flush_timer = (loop, loop.call_later(FLUSH_S, flush))
+
+
+def flush() -> None:
+    """Record this process's waiting metric points in Ray now (an agent about to hibernate calls this)."""
+    global _flush_timer
+    if _flush_timer is not None:
+        _flush_timer[1].cancel()
+        _flush_timer = None
+    counts, observed = list(_counts.items()), list(_observed)
+    _counts.clear()
+    _observed.clear()
+    ray_metrics = _ray_metrics()
+    if ray_metrics is None:
+        return
+    for (name, labels), value in counts:
+        getattr(ray_metrics, name).inc(value, dict(labels))
+    for name, value, labels in observed:
+        getattr(ray_metrics, name).observe(value, dict(labels))
+
+
+atexit.register(flush)
 
 
 class _RayMetrics:
@@ -217,6 +271,11 @@ class _RayMetrics:
 
 
 _ray: _RayMetrics | None = None
+
+
+def _ray_ready() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
 
 
 def _ray_metrics() -> _RayMetrics | None:

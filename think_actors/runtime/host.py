@@ -17,7 +17,7 @@ from typing import Any
 
 import ray
 
-from .. import registry, tracing
+from .. import metrics, registry, tracing
 from .._turn import chain
 from .._warm import top_up_in_background
 from ..agent import Think
@@ -210,6 +210,7 @@ class AgentHost:
             log.exception("closing agent %s to hibernate failed", self.path)
         registry.mark_hibernated(self.config.namespace, self.path)
         log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
+        metrics.flush()  # its last turns' metric points, which wait up to a second for the next ones
         await asyncio.to_thread(tracing.flush, 5.0)  # the spans of its last turns leave with it, not after
         ray.get_runtime_context().current_actor.__ray_terminate__.remote()
 

@@ -836,3 +836,9 @@ class SkillSleeper(ta.Think):
         assert self.session is not None
         await self.session.refresh_system_prompt()
         return "refreshed"
+
+
+class SkillKeeper(SkillSleeper):
+    """``SkillSleeper`` that stays resident (a test that kills it on purpose)."""
+
+    idle_timeout_s = None

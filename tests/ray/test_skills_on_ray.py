@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 import pytest
-from ray_agents import PIRATE, SkillSleeper
+from ray_agents import PIRATE, SkillKeeper, SkillSleeper
 from test_hibernation import resident, until_hibernated
 
 import think_actors as ta
@@ -37,7 +37,7 @@ async def seen(agent: ta.AgentHandle) -> dict[str, Any]:
 
 
 async def test_the_model_loads_and_unloads_a_skill_and_the_stored_history_keeps_the_marker(unique: str) -> None:
-    agent = await ta.spawn(SkillSleeper, unique)
+    agent = await ta.spawn(SkillKeeper, unique)
     assert await say(agent, "load pirate") == "done"
     assert load_outputs(await agent.get_messages()) == [PIRATE]
     assert (await seen(agent))["unload_description"].endswith("Currently loaded: skills:pirate.")
@@ -59,9 +59,11 @@ async def test_the_model_loads_and_unloads_a_skill_and_the_stored_history_keeps_
 
 
 async def test_loaded_skills_and_the_frozen_prompt_survive_hibernation_until_a_refresh(unique: str) -> None:
-    agent = await ta.spawn(SkillSleeper, unique)
-    first_pid = (await agent.info())["pid"]
+    # Provisioned, so that every start (the first too) is a wake through the handle: an agent that hibernates
+    # half a second after starting may be gone before a spawn's first call reaches it on a loaded machine.
+    agent = ta.provision(SkillSleeper, unique)
     assert await say(agent, "load pirate") == "done"
+    first_pid = (await agent.info())["pid"]
     assert await say(agent, "note The project is written in Rust.") == "done"
     before = await seen(agent)
     assert "SKILLS (how-tos) [loadable]" in before["system"]

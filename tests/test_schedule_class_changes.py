@@ -17,8 +17,9 @@ import pytest
 import think_actors as ta
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
 from think_actors.runtime import RuntimeConfig, class_schedules
-from think_actors.schedule import ClassDeclaration, MemoryScheduleStore, TaskRecord
+from think_actors.schedule import ClassDeclaration, MemoryScheduleStore, TaskRecord, open_schedule_store
 from think_actors.schedule.sqlite import SQLiteScheduleStore
+from think_actors.store.postgres import close_pools
 
 BERLIN = ZoneInfo("Europe/Berlin")
 START = dt.datetime(2026, 12, 7, 8, 0, tzinfo=BERLIN).timestamp()  # a Monday
@@ -163,3 +164,30 @@ def test_the_driver_registers_a_provisioned_agents_class_rows_as_the_agents_own_
     assert c == fresh("c") and c["nightly"].next_at == dt.datetime(2026, 12, 9, 3, 0, tzinfo=dt.UTC).timestamp()
     store = SQLiteScheduleStore(str(tmp_path / "_schedules.db"))
     assert asyncio.run(store.class_declaration("Nightly")) == ClassDeclaration.of("Nightly", Nightly.schedules)
+
+
+def test_shutdown_closes_the_drivers_schedule_writer_and_the_next_registration_opens_another(tmp_path: Any) -> None:
+    config = RuntimeConfig(data_dir=str(tmp_path))
+    class_schedules.register_agent(Nightly, "nightly/a", {}, config)
+    writer = class_schedules._registrar
+    assert writer is not None and writer._thread.is_alive()
+    ta.shutdown()
+    assert class_schedules._registrar is None and not writer._thread.is_alive() and writer._loop.is_closed()
+    class_schedules.register_agent(Nightly, "nightly/b", {}, config)
+    assert class_schedules._registrar is not None and class_schedules._registrar is not writer
+    class_schedules.close()
+
+
+async def test_provisioning_registers_class_rows_in_postgres_and_shutdown_closes_that_pool(postgres_url: str) -> None:
+    config = RuntimeConfig(store_url=postgres_url)
+    await asyncio.to_thread(class_schedules.register_agent, Nightly, "nightly/a", {}, config)
+    store = open_schedule_store(postgres_url, None)
+    try:
+        assert sorted(t.task_id for t in await store.list_tasks("nightly/a")) == ["nightly", "tick"]
+        assert await store.class_declaration("Nightly") == ClassDeclaration.of("Nightly", Nightly.schedules)
+    finally:
+        await close_pools()
+    writer = class_schedules._registrar
+    assert writer is not None
+    await asyncio.to_thread(ta.shutdown)  # closes the writer's pool on its own loop, then the loop
+    assert writer._loop.is_closed()

@@ -12,12 +12,14 @@ changes nothing); a class without schedules writes no row. Provisioning writes t
 process and store, every spawn writes it again: the latest registration wins. The store is
 used from one thread of this process with its own event loop, because ``provision`` is synchronous and may be
 called from inside the caller's running loop; it blocks its caller for the write, as the registry's write does.
+``ta.shutdown`` closes the thread, its stores and pools.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import sys
 import threading
 import time
 from collections.abc import Coroutine
@@ -28,9 +30,9 @@ from typing import Any
 from ..agent import Think
 from ..schedule.store import ScheduleStore, open_schedule_store
 from ..schedule.tasks import ClassDeclaration, TaskRecord
-from .config import RuntimeConfig
+from .config import RuntimeConfig, at_shutdown
 
-__all__ = ["declare_class", "register_agent", "schedule_store_location"]
+__all__ = ["close", "declare_class", "register_agent", "schedule_store_location"]
 
 
 def schedule_store_location(
@@ -82,7 +84,27 @@ class _Registrar:
         self._stores: dict[Location, ScheduleStore] = {}
         self._declared: set[tuple[Location, str, str]] = set()
         self._rows: dict[str, _Rows] = {}
-        threading.Thread(target=self._loop.run_forever, name="think-actors-schedules", daemon=True).start()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="think-actors-schedules", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Close the stores and this loop's PostgreSQL pools, then stop the thread."""
+
+        async def closing() -> None:
+            for store in self._stores.values():
+                await store.close()
+            # The pools are per loop; the module is loaded only where PostgreSQL was used (it brings asyncpg).
+            schema = sys.modules.get("think_actors.store._schema")
+            if schema is not None:
+                await schema.close_pools()
+
+        try:
+            self.run(closing()).result(timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=30)
+            if not self._thread.is_alive():
+                self._loop.close()
 
     def run(self, work: Coroutine[Any, Any, None]) -> Future[None]:
         return asyncio.run_coroutine_threadsafe(work, self._loop)
@@ -120,7 +142,18 @@ def _current() -> _Registrar:
     with _lock:
         if _registrar is None:
             _registrar = _Registrar()
+            at_shutdown(close)
         return _registrar
+
+
+def close() -> None:
+    """Close this process's writer of class schedules (``ta.shutdown`` calls it; the next registration opens
+    another)."""
+    global _registrar
+    with _lock:
+        registrar, _registrar = _registrar, None
+    if registrar is not None:
+        registrar.close()
 
 
 def _declaration(agent_class: type[Think]) -> ClassDeclaration:

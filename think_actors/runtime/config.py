@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ class RuntimeConfig:
     max_restarts: int = -1  # Ray restarts a crashed agent without limit; recovery budgets bound crash loops
     batch_max: int = 1024
     flush_s: float = 0.003
+    first_chunk_at_once: bool = True  # False: a turn's opening chunks wait for its first content (batching.py)
     log_level: int = logging.WARNING
     idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
     fast_model_path: bool = True
@@ -58,6 +60,7 @@ def init(
     fast_model_path: bool | None = None,
     warm_workers: int = 1,
     tracing: bool | TracingConfig | None = None,
+    first_chunk_at_once: bool = True,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -84,6 +87,10 @@ def init(
     ``tracing``: OpenTelemetry spans of every agent (True, a ``ta.TracingConfig``, or False; default: as the
     driver's ``OTEL_*`` environment says), exported by every actor (the ``otel`` extra, see
     ``think_actors.tracing``).
+    ``first_chunk_at_once``: an agent actor sends a turn's first chunk (``start``) the moment the turn starts, so a
+    caller sees the turn begin before the model answers (the default). False: the opening chunks wait for the
+    turn's first content and cross with it, one Ray stream item fewer per turn (less CPU on a busy node, the
+    README's performance section measures it), for callers that wait for the text anyway (batch and scheduled work).
     Calling it again returns the same config.
     """
     global _config
@@ -129,6 +136,7 @@ def init(
         # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
         fast_model_path=_fast_path_setting(fast_model_path),
         warm_workers=warm_workers,
+        first_chunk_at_once=first_chunk_at_once,
         tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
     )
     return _config
@@ -142,9 +150,24 @@ def is_initialized() -> bool:
     return _config is not None and ray.is_initialized()
 
 
+_at_shutdown: list[Callable[[], None]] = []
+
+
+def at_shutdown(close: Callable[[], None]) -> None:
+    """Have ``shutdown`` call ``close`` (what a module above this one opened in the driver: its threads, pools)."""
+    if close not in _at_shutdown:
+        _at_shutdown.append(close)
+
+
 def shutdown() -> None:
-    """Disconnect from Ray (a local cluster started by ``init`` stops with it)."""
+    """Disconnect from Ray (a local cluster started by ``init`` stops with it), after closing what the runtime
+    opened in this process (``at_shutdown``)."""
     global _config
+    for close in list(_at_shutdown):
+        try:
+            close()
+        except Exception:
+            logging.getLogger("think_actors").exception("closing %r at shutdown failed", close)
     _config = None
     if ray.is_initialized():
         ray.shutdown()

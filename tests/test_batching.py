@@ -10,7 +10,18 @@ import pytest
 
 import think_actors as ta
 from think_actors.batching import _batches, _is_last, _pack, _unpack
-from think_actors.chunks import AgentToolEventChunk, DataChunk, ToolOutputAvailableChunk
+from think_actors.chunks import (
+    AgentToolEventChunk,
+    DataChunk,
+    FinishChunk,
+    FinishStepChunk,
+    StartChunk,
+    StartStepChunk,
+    TextDeltaChunk,
+    TextEndChunk,
+    TextStartChunk,
+    ToolOutputAvailableChunk,
+)
 from think_actors.models import (
     FileEvent,
     FinishEvent,
@@ -151,3 +162,68 @@ async def test_only_the_batch_that_ends_the_stream_says_it_is_the_last() -> None
         async for batch in _batches(failing(), CONFIG):
             seen.append(_is_last(batch))
     assert seen == [False, False]
+
+
+def _turn_chunks(text_at: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    """A turn's chunks as an agent streams them: the opening ones at once, the text when ``text_at`` is set."""
+
+    async def stream() -> AsyncIterator[Any]:
+        yield StartChunk(message_id="m1")
+        yield StartStepChunk()
+        if text_at is not None:
+            await text_at.wait()
+        yield TextStartChunk(id="t1")
+        for _ in range(3):
+            yield TextDeltaChunk(id="t1", delta="ab")
+        yield TextEndChunk(id="t1")
+        yield FinishStepChunk()
+        yield FinishChunk()
+
+    return stream()
+
+
+async def test_held_opening_chunks_cross_with_the_first_content_as_one_batch() -> None:
+    text_at = asyncio.Event()
+    seen: list[list[str]] = []
+
+    async def consume() -> None:
+        async for batch in _batches(_turn_chunks(text_at), RuntimeConfig(flush_s=0.05), hold_opening=True):
+            seen.append([chunk.type for chunk in _unpack(batch)])
+
+    task = asyncio.ensure_future(consume())
+    await asyncio.sleep(0.1)
+    assert seen == []  # start and start-step wait for the model's first content
+    text_at.set()
+    await asyncio.wait_for(task, 5)
+    assert seen == [
+        [
+            "start",
+            "start-step",
+            "text-start",
+            "text-delta",
+            "text-delta",
+            "text-delta",
+            "text-end",
+            "finish-step",
+            "finish",
+        ]
+    ]
+
+
+async def test_without_holding_the_start_leaves_at_once() -> None:
+    batches = [[c.type for c in _unpack(b)] async for b in _batches(_turn_chunks(), RuntimeConfig(flush_s=0.05))]
+    assert batches[0] == ["start"]
+    assert len(batches) == 2
+
+
+async def test_held_opening_chunks_still_come_before_a_failure() -> None:
+    async def failing() -> AsyncIterator[Any]:
+        yield StartChunk(message_id="m1")
+        yield StartStepChunk()
+        raise ta.RateLimitError("slow down", retryable=True)
+
+    received: list[str] = []
+    with pytest.raises(ta.RateLimitError, match="slow down"):
+        async for batch in _batches(failing(), CONFIG, hold_opening=True):
+            received.extend(chunk.type for chunk in _unpack(batch))
+    assert received == ["start", "start-step"]

@@ -11,6 +11,10 @@ index, field values)``, nested ones too (an agent tool event's chunk, a finish e
 without validation: the sender validated them when it built them, and the rebuilt objects equal the sent ones
 (same fields; for chunks the same fields-set that validated construction from the fields gives).
 
+``hold_opening`` (``ta.init(first_chunk_at_once=False)``) keeps the chunks that only open a turn (``start``,
+``start-step``) until its first content, then batches as usual: a turn whose model answers in one burst crosses
+in one item instead of two, and its first chunk arrives with the model's first output instead of at once.
+
 The first byte says whether the batch is the stream's last: the caller then ends without waiting for Ray's
 end-of-stream message (≈0.5 ms), while the actor's side of the call still runs to its end.
 """
@@ -129,13 +133,24 @@ class _Failure:
         self.error = error
 
 
-async def _batches(source: AsyncIterator[Any], config: BatchLimits) -> AsyncIterator[bytes]:
+_OPENING = frozenset({"start", "start-step"})  # chunks that open a turn or a step and carry no content
+
+
+def _opening(item: Any) -> bool:
+    return getattr(item, "type", None) in _OPENING
+
+
+async def _batches(
+    source: AsyncIterator[Any], config: BatchLimits, *, hold_opening: bool = False
+) -> AsyncIterator[bytes]:
     """Re-yield ``source`` as packed batches: the first item alone, then whatever is ready, plus what arrives
     within ``flush_s`` of the batch's first item, up to ``batch_max``. An error of ``source`` is raised after the
-    batch of the items before it."""
+    batch of the items before it. ``hold_opening``: the first batch waits for an item that is not a turn's or a
+    step's opening chunk (or the end), and then is a batch like the others."""
     loop = asyncio.get_running_loop()
     pending: list[Any] = []  # what the source gave and no batch has taken yet; a _Failure can only come last
     ended = False
+    opened = not hold_opening  # whether the first batch may leave (with hold_opening: once content came)
     waiter: asyncio.Future[None] | None = None
     wanted = 1  # how many pending items wake the waiting consumer
     first_taken: asyncio.Future[None] = loop.create_future()
@@ -148,11 +163,17 @@ async def _batches(source: AsyncIterator[Any], config: BatchLimits) -> AsyncIter
             waiter = None  # the items that follow need not call here
 
     async def pump() -> None:
-        nonlocal ended
+        nonlocal ended, opened
         append = pending.append
         try:
             async for item in source:
                 append(item)
+                if not opened:
+                    if _opening(item):
+                        continue
+                    opened = True
+                    wake()
+                    break  # the first batch waits for more (flush_s) like any other, which yields the loop
                 wake()
                 # Hold the turn until Ray has taken the first batch: a turn that never waits would
                 # otherwise keep the event loop (and the first chunk) to itself until it ends.
@@ -189,9 +210,11 @@ async def _batches(source: AsyncIterator[Any], config: BatchLimits) -> AsyncIter
     try:
         while True:
             await wait(1)
+            while not (opened or ended):  # hold_opening: only a turn's opening chunks so far
+                await wait(len(pending) + 1)
             if not pending:
                 return  # ended with nothing more
-            if first:
+            if first and not hold_opening:
                 size = 1  # the first item never waits: time to first chunk
             else:
                 await wait(config.batch_max, config.flush_s)

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from ray_agents import EntryAgent, ObservedAgent, OrderedLead
+from ray_agents import EntryAgent, ObservedAgent, OrderedLead, Survivor
 
 import think_actors as ta
+from think_actors.batching import _unpack
+from think_actors.runtime import _spawn_path
+from think_actors.store import agent_path
 from think_actors.testing import ScriptedModel, error, text, tool_call
 
 
@@ -105,3 +109,28 @@ async def test_a_long_turn_crosses_whole_and_the_actor_call_still_ends_on_its_ow
         await stream._generator.__anext__()
     assert await agent._actor.__ray_call__.remote(lambda host: host._calls) == 0
     assert (await agent.get_messages())[-1].text == "".join(pieces)
+
+
+async def _items_of_a_turn(handle: Any, message: str) -> list[list[str]]:
+    """A turn of the agent actor as Ray stream items: the chunk types each item carried."""
+    call = handle._actor.chat.options(num_returns="streaming").remote(message, {"request_id": None}, (), None)
+    return [[chunk.type for chunk in _unpack(await ref)] async for ref in call]
+
+
+async def test_an_agent_started_with_first_chunk_at_once_off_sends_a_quick_turn_as_one_item(
+    ray_runtime: Any, unique: str
+) -> None:
+    held = await _spawn_path(
+        Survivor, unique, agent_path("survivor", unique), {}, replace(ray_runtime, first_chunk_at_once=False)
+    )
+    at_once = await ta.spawn(Survivor, unique + "-b")
+    try:
+        one = await _items_of_a_turn(held, "hi")
+        two = await _items_of_a_turn(at_once, "hi")
+    finally:
+        await held.kill(restart=False)
+        await at_once.kill(restart=False)
+    kinds = ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    assert one == [kinds]  # the opening chunks waited for the text and crossed with it
+    assert two == [["start"], kinds[1:]]  # the default: the start leaves the moment the turn starts
+    assert (await held.get_messages())[-1].text == "echo: hi"

@@ -239,7 +239,8 @@ class AgentHost:
         await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
         durable = self.agent._engine.durable
-        async for batch in _batches(stream.__aiter__(), self.config):
+        hold = not self.config.first_chunk_at_once
+        async for batch in _batches(stream.__aiter__(), self.config, hold_opening=hold):
             await durable()  # what leaves the process is in the log first: a crash loses nothing the caller saw
             yield batch
 

@@ -5,7 +5,9 @@ from inside a turn and from ``on_chat_response``. One drain task per agent takes
 claims it (``running``), and runs its turn like any other entry point: the messages are appended only when that
 turn holds the slot, and only while the row is still ``running``. The final status is written after the turn's
 response hook (the slot already released, as the seed wants the hook), and only over ``running``, so a late
-completion never overwrites a cancellation or a reset.
+completion never overwrites a cancellation or a reset. A drain whose store a newer writer of the agent has opened
+(``holds_lease``: the agent's restarted actor, or its actor woken while a burst runner runs its turn) claims no
+more rows and writes no final status: the newer owner's start recovered them and settles them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from .. import tracing
 from ..errors import ConfigurationError
 from ..messages import new_id
+from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
 from .driver import TurnSpec, normalize_input, turn_stream
@@ -205,6 +208,10 @@ class Submissions:
         async def finished(outcome: Any) -> None:
             status, error = outcome.status, outcome.error
             store = self.engine.store
+            if not await holds_lease(store):
+                # Its turn failed on the fence (or ran under it): the newer owner resumed the row or reset it.
+                log.info("submission %s left to the agent's newer owner (this store is fenced)", submission_id)
+                return
             if await store.update_submission(
                 submission_id, expect_status=("running",), status=status, error=error, completed_at=time.time()
             ):
@@ -254,6 +261,8 @@ class Submissions:
                     continue
                 return
             record = pending[0]
+            if not await holds_lease(store):
+                return  # a newer owner of the agent drains its rows now
             if not await store.update_submission(
                 record.submission_id, expect_status=("pending",), status="running", started_at=time.time()
             ):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._lease import holds_lease
 from ._search import MessageHit
 from .memory import MemoryStore
 from .protocol import LATEST, Store, agent_path, validate_agent_name
@@ -37,6 +38,7 @@ __all__ = [
     "TurnRecord",
     "agent_path",
     "check_store_url",
+    "holds_lease",
     "open_store",
     "validate_agent_name",
 ]

@@ -7,14 +7,29 @@ restart begins, the restarted actor's first open fences the old one: none of the
 between the new owner's.
 
 The submissions ledger is not fenced: inserts are idempotent by id and key (the uniqueness constraints decide)
-and every status change is a compare-and-set on the status, so any process may accept a submission.
+and every status change is a compare-and-set on the status, so any process may accept a submission. A superseded
+writer must still not settle one: the newer owner's start has already recovered the rows it found ``running``
+(resumed their turns, or put them back to ``pending``), and a final status written by the old writer (its turn
+failed on the fence) would end what the new owner is running. So the drain asks ``holds_lease`` before it claims a
+row and before it writes a final status. What it does not cover: a newer store opened between that read and the
+write (microseconds, against a turn's seconds); the row the old writer claimed then stays ``running`` until the
+agent's next start sets it back to ``pending``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import StoreFencedError
 
-__all__ = ["fenced_error"]
+__all__ = ["fenced_error", "holds_lease"]
+
+
+async def holds_lease(store: Any) -> bool:
+    """Whether ``store`` may still write its agent's turns: False once a newer store opened the agent. A store
+    without a lease (a user's own ``Store``) always may."""
+    check = getattr(store, "holds_lease", None)
+    return True if check is None else bool(await check())
 
 
 def fenced_error(agent: str, generation: int, owner_generation: int | None) -> StoreFencedError:

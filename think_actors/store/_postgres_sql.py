@@ -162,3 +162,4 @@ CLAIM = (
 )
 
 EXISTS = f"SELECT EXISTS (SELECT 1 FROM {_S}.agents WHERE path = $1)"
+LEASE_OWNER = f"SELECT generation FROM {_S}.agents WHERE path = $1"

@@ -346,6 +346,10 @@ class MemoryStore:
         self._chunks.clear()
         self._effects.clear()
 
+    async def holds_lease(self) -> bool:
+        """Always: a memory store belongs to one process, so no other writer can open it."""
+        return True
+
     async def exists(self) -> bool:
         """Whether the store was ever used (as SQLiteStore's file exists after its first use)."""
         return self._used

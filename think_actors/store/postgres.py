@@ -60,6 +60,7 @@ from ._postgres_sql import (
     INSERT_LOOKUP,
     INSERT_MESSAGE,
     INSERT_SUBMISSION,
+    LEASE_OWNER,
     LIST_MESSAGES,
     LOAD_CHUNKS,
     LOAD_PATH,
@@ -428,6 +429,12 @@ class PostgresStore:
     async def clear_turn_state(self) -> None:
         """Delete every turn record, chunk log and effect; submissions and messages stay."""
         await self._write("clear turn state", CLEAR_TURN_STATE)
+
+    async def holds_lease(self) -> bool:
+        """Whether this store still holds the agent's newest lease generation (no newer store opened it since)."""
+        async with self._connection("read lease") as conn:
+            owner = await conn.fetchval(LEASE_OWNER, self._agent)
+        return bool(owner == self._generation)
 
     async def exists(self) -> bool:
         """Whether the agent has a lease row (every store of it that was ever used claimed one), asked without

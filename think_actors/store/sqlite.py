@@ -397,6 +397,12 @@ class SQLiteStore:
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM effects")
 
+    async def holds_lease(self) -> bool:
+        """Whether this store still holds the file's newest lease generation (no newer store opened it since)."""
+        with self._guard("read lease") as conn:
+            row = conn.execute("SELECT generation FROM lease").fetchone()
+        return row is not None and row[0] == self._generation
+
     async def exists(self) -> bool:
         """Whether the agent's file exists (any first use creates it); looking creates nothing."""
         # One stat, in the loop's thread as every sqlite3 call of this store is.

@@ -328,14 +328,7 @@ async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dic
         from think_actors.store.postgres import close_pools
 
         await close_pools()  # this process's own, before its server goes
-        # And the pool of the thread that writes class schedules for ta.spawn (its own event loop): ta.shutdown
-        # leaves it open, and it would retry its connections to the stopped server forever.
-        from think_actors.runtime import class_schedules
-
-        registrar = getattr(class_schedules, "_registrar", None)
-        if registrar is not None:
-            await asyncio.wrap_future(registrar.run(close_pools()))
-        ta.shutdown()
+        ta.shutdown()  # it closes the class-schedule writer's pool too (its own thread and loop)
         if cluster is not None:
             left = node_workers(cluster)
             cluster.shutdown()

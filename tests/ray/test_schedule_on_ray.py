@@ -41,7 +41,8 @@ class Dozy(ta.Think):
 
 @pytest.fixture
 async def scheduler() -> AsyncIterator[Any]:
-    actor = await ta.start_scheduler(poll_s=0.2)
+    # runners=0: these tests follow the wake of an agent's own actor (burst runners: test_burst_runner.py).
+    actor = await ta.start_scheduler(poll_s=0.2, runners=0)
     try:
         yield actor
     finally:

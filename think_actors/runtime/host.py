@@ -117,6 +117,42 @@ def _counted(method: Any) -> Any:
     return call
 
 
+def build_agent(
+    agent_class: type[Think],
+    name: str,
+    path: str,
+    options: dict[str, Any],
+    config: RuntimeConfig,
+    runtime_class: Callable[[Think, RuntimeConfig], Any],
+) -> Think:
+    """The agent as the cluster hosts it, in its own ``AgentHost`` or for a moment in a burst runner (``runner``):
+    built with its options, reaching other actors through ``runtime_class`` (``handles._ActorRuntime``)."""
+    agent = agent_class(name, path=path, **options)
+    agent._engine.runtime = runtime_class(agent, config)
+    # MCP servers declared shared=True are connected once per node by a named actor, the others in this process.
+    agent._mcp.set_connect(ray_connect(config.namespace, local_connect))
+    return agent
+
+
+async def load_agent(agent: Think) -> bool:
+    """Start ``agent`` as its host does: its MCP servers, then its history, which schedules the recovery of
+    interrupted turns and the drain of pending submissions. False (logged) when the load failed."""
+    if agent.mcp_servers:
+        # Connected before the agent starts (Think's waitForMcpConnections), after a restart or a wake too: the
+        # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints. A
+        # failure here must not keep the agent (and its recovery) from starting.
+        try:
+            await agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in agent.mcp_servers) + 5)
+        except Exception:
+            log.exception("agent %r: its MCP servers could not be waited for; starting without them", agent.path)
+    try:
+        await agent.load_messages()
+    except Exception:
+        log.exception("agent %r could not start; the next call to it starts it again", agent.path)
+        return False
+    return True
+
+
 @ray.remote
 class AgentHost:
     """Hosts one Think agent in an async actor."""
@@ -133,10 +169,7 @@ class AgentHost:
         _process_setup(config)
         set_process_agent(path)  # this process hosts one agent: its records name it outside turns too
         self.config = config
-        self.agent = agent_class(name, path=path, **options)
-        self.agent._engine.runtime = runtime_class(self.agent, config)
-        # MCP servers declared shared=True are connected once per node by a named actor, the others in this one.
-        self.agent._mcp.set_connect(ray_connect(config.namespace, local_connect))
+        self.agent = build_agent(agent_class, name, path, options, config, runtime_class)
         self.path = path
         self._calls = 0
         self._last_work = time.monotonic()
@@ -154,18 +187,7 @@ class AgentHost:
 
     async def _start_agent(self) -> None:
         """Load the agent, which schedules the recovery of interrupted turns and the pending submissions."""
-        if self.agent.mcp_servers:
-            # Connected before the agent starts (Think's waitForMcpConnections), after a restart or a wake too: the
-            # first turn sees the servers' tools, and a recovered call in doubt sees their idempotent hints. A
-            # failure here must not keep the agent (and its recovery) from starting.
-            try:
-                await self.agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in self.agent.mcp_servers) + 5)
-            except Exception:
-                log.exception("agent %r: its MCP servers could not be waited for; starting without them", self.path)
-        try:
-            await self.agent.load_messages()
-        except Exception:
-            log.exception("agent %r could not start; the next call to it starts it again", self.path)
+        await load_agent(self.agent)
         try:
             await self.agent.sync_schedules()  # the class's schedules, in the store the cluster's scheduler reads
         except Exception:

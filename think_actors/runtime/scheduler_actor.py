@@ -6,10 +6,12 @@ whose occurrence passed while no scheduler ran fires once (the latest occurrence
 cut short is taken again when its claim runs out. Two schedulers (a second one started by hand, or an old one
 not yet gone) race on the store's unique claim and fire each occurrence once.
 
-Delivery wakes a hibernated or never-started agent the way any handle does (the registry knows how to start
-it): its prompt is a ``submit_messages``, so the agent stays resident until that turn is done and then may
-hibernate again. The scheduler reads the store every ``poll_s`` seconds, so a task added anywhere is seen
-within that.
+Delivery: an agent whose actor runs gets its fire through its handle (a prompt is a ``submit_messages``). An
+agent without one (hibernated, or provisioned and never started) is run by a burst runner (``runner``): a few
+long-lived actors per node that host many agents for a moment each, instead of one worker process booting per
+agent; the delivery ends when its turn has. With ``runners=0`` such an agent is woken the way any handle wakes
+it (its actor started), as before. The scheduler reads the store every ``poll_s`` seconds, so a task added
+anywhere is seen within that.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..schedule.tasks import FireRecord
 from .config import RuntimeConfig, _require_config
 from .handles import AgentHandle
 from .host import _process_setup
+from .runner import RunnerPool
 
 __all__ = ["SCHEDULER_NAME", "SchedulerActor", "schedules_of", "start_scheduler"]
 
@@ -40,13 +43,22 @@ log = logging.getLogger("think_actors")
 class SchedulerActor:
     """The scheduler of every agent of a namespace (module docstring)."""
 
-    def __init__(self, config: RuntimeConfig, poll_s: float, claim_s: float) -> None:
+    def __init__(
+        self, config: RuntimeConfig, poll_s: float, claim_s: float, runners: int | None = None, concurrency: int = 1000
+    ) -> None:
         _process_setup(config)
         self.config = config
         self.store: ScheduleStore = open_schedule_store(config.store_url, config.data_dir)
+        self.runners = None if runners == 0 else RunnerPool(config, runners)
         node = ray.get_runtime_context().get_node_id()
         self.scheduler = Scheduler(
-            self.store, self._deliver, owner=f"{node[:12]}-{os.getpid()}", poll_s=poll_s, claim_s=claim_s
+            self.store,
+            self._deliver,
+            owner=f"{node[:12]}-{os.getpid()}",
+            poll_s=poll_s,
+            claim_s=claim_s,
+            # A runner's delivery lasts as long as its turn: many at once, or a burst of due prompts queues here.
+            concurrency=concurrency if self.runners is not None else 64,
         )
         # A task on the actor's own loop, never a call to itself (refused while Ray counts it as restarting).
         self._loop = asyncio.get_running_loop().create_task(self.scheduler.run())
@@ -55,7 +67,10 @@ class SchedulerActor:
         try:
             actor = ray.get_actor(fire.agent_path, namespace=self.config.namespace)
         except ValueError:
-            actor = None  # hibernated or never started: the handle's first call wakes it
+            actor = None  # hibernated or never started: a runner runs it, or the handle's first call wakes it
+        if actor is None and self.runners is not None:
+            await self.runners.run(fire)
+            return
         await deliver_to(AgentHandle(actor, fire.agent_path, fire.task.agent_class), fire)
 
     async def status(self) -> dict[str, Any]:
@@ -73,14 +88,20 @@ class SchedulerActor:
 
 
 async def start_scheduler(
-    *, poll_s: float = 1.0, claim_s: float = 300.0, node_id: str | None = None, name: str = SCHEDULER_NAME
+    *,
+    poll_s: float = 1.0,
+    claim_s: float = 300.0,
+    node_id: str | None = None,
+    name: str = SCHEDULER_NAME,
+    runners: int | None = None,
 ) -> Any:
     """Get or create the cluster's scheduler actor (call it once from a driver, after ``ta.init``).
 
     ``poll_s``: how often it reads the store for tasks added since; ``claim_s``: how long a delivery may take before
     another scheduler takes the occurrence over (a handler running longer may run twice). ``node_id`` asks for a
     node, softly (when it is gone, Ray restarts the scheduler elsewhere). ``name`` is for tests that run a second
-    scheduler on purpose. An existing scheduler is returned as it is.
+    scheduler on purpose. ``runners``: burst runners per node for agents without an actor (default one per CPU;
+    0 wakes each such agent in its own actor instead). An existing scheduler is returned as it is.
     """
     config = _require_config()
     remote: Any = SchedulerActor
@@ -95,7 +116,7 @@ async def start_scheduler(
         memory=1,  # as agents: a resource, so that Ray does not place it on a random node whatever it is told
         max_concurrency=1000,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True) if node_id else "DEFAULT",
-    ).remote(config, poll_s, claim_s)
+    ).remote(config, poll_s, claim_s, runners)
     await actor.status.remote()
     return actor
 

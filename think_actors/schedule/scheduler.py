@@ -42,15 +42,17 @@ Deliver = Callable[[FireRecord], Awaitable[None]]
 _Declared = tuple[ClassDeclaration, Callable[[TaskRecord], bool]]  # a class's declaration and its matcher
 
 
-async def deliver_to(agent: Any, fire: FireRecord) -> None:
-    """Hand ``fire`` to ``agent`` (a Think, or anything with its ``submit_messages`` and ``run_scheduled_task``)."""
+async def deliver_to(agent: Any, fire: FireRecord) -> Any:
+    """Hand ``fire`` to ``agent`` (a Think, or anything with its ``submit_messages`` and ``run_scheduled_task``);
+    returns what that call returned (a prompt's ``Submission``, for whoever waits for its turn)."""
     facts = fire.facts()
     task = fire.task
     if task.prompt is not None:
-        await agent.submit_messages(task.prompt, idempotency_key=facts["idempotency_key"], metadata={"schedule": facts})
-    else:
-        assert task.handler is not None
-        await agent.run_scheduled_task(task.handler, facts)
+        return await agent.submit_messages(
+            task.prompt, idempotency_key=facts["idempotency_key"], metadata={"schedule": facts}
+        )
+    assert task.handler is not None
+    return await agent.run_scheduled_task(task.handler, facts)
 
 
 class Scheduler:

@@ -8,12 +8,14 @@ import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
+from cluster_scenario import run_scenario
 from helpers import STORE_KINDS, open_test_store
 from postgres_server import PostgresServer, PostgresUnavailable
 
@@ -54,6 +56,13 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def multinode_facts(postgres_server: PostgresServer) -> Iterator[dict[str, Any]]:
+    """The facts of tests/multinode/scenario.py, run once for the session (tests/cluster_scenario.py): the
+    multi-node checks and the scheduler's node loss share one cluster."""
+    yield from run_scenario(postgres_server)
 
 
 def _psql(server: PostgresServer, sql: str) -> None:

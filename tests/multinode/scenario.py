@@ -4,13 +4,18 @@ agent's store in one PostgreSQL database, all the checks in one cluster lifetime
     python tests/multinode/scenario.py postgresql://postgres@127.0.0.1:5432/db
 
 It prints one line, ``SCENARIO-RESULT {json}``: for each check the facts it saw (or the traceback that stopped it),
-which tests/test_multinode.py asserts. It runs in a process of its own because the test session has its own
-local Ray, and one process holds one Ray. The cluster is shut down in a ``finally``; the test also kills the
-process group and anything left that carries the run's marker in its environment.
+which tests/test_multinode.py and tests/test_schedule_cluster.py assert. It runs in a process of its own because
+the test session has its own local Ray, and one process holds one Ray. The cluster is shut down in a ``finally``;
+the test also kills the process group and anything left that carries the run's marker in its environment.
 
 Nodes are named ``head``, ``w1`` and ``w2`` in the facts. The driver (this process) is attached to the head, so
 the node removed is a worker. Everything listens on 127.0.0.1: Ray replaces a loopback address by the machine's
 own unless it is told the machine is no cluster host (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read at import).
+
+After ``spread``, the checks that do not depend on each other run side by side (most of their time is waiting for
+a worker process to boot, or for the scheduler's clock): ``parent_and_child`` then ``gateway``; ``model_pools``;
+and the scheduler's part (schedule_checks.py) up to the node loss. ``node_loss`` comes last, alone: it takes w2
+away, the node of both its own agents and the scheduler.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, os.environ.get("
 sys.path.insert(0, HERE)
 
 import asyncio  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
@@ -38,6 +44,7 @@ from typing import Any  # noqa: E402
 import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import ray  # noqa: E402
+import schedule_checks  # noqa: E402
 from multinode_agents import Echo, Lead  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
@@ -54,7 +61,12 @@ HEALTH_CHECKS = {
     "health_check_timeout_ms": 1000,
     "health_check_failure_threshold": 3,
 }
+CHECK_TIMEOUT_S = 120  # per check; the checks side by side share two cores
 NODE = {"num_cpus": 1, "node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
+# Two Python daemons fewer to boot on two cores: the autoscaler's monitor (a fixed cluster never scales) and the
+# workers' log monitors (they only stream worker logs to the driver; failures reach the facts as tracebacks).
+HEAD = {**NODE, "include_dashboard": False, "no_monitor": True, "_system_config": HEALTH_CHECKS}
+WORKER = {**NODE, "include_log_monitor": False}
 
 
 class Nodes:
@@ -224,7 +236,8 @@ async def sql_rows(url: str, path: str) -> dict[str, Any]:
 
 async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -> dict[str, Any]:
     """w2 dies while an agent on it runs an accepted submission: Ray re-creates w2's agents on the other nodes,
-    their history is intact in PostgreSQL, and the submission finishes there."""
+    their history is intact in PostgreSQL, and the submission finishes there. The scheduler on w2 goes with it:
+    the scheduler's part follows its restart beside this check (``state["schedule_after"]``)."""
     w2 = nodes.ids["w2"]
     victim = await ta.spawn(Echo, "victim", node_id=w2)
     first = await victim.save_messages("before the loss")
@@ -241,9 +254,16 @@ async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -
         bystanders["helper"] = state["child"]
     kept = {name: await texts(h) for name, h in bystanders.items()}
 
+    schedule = None
+    with contextlib.suppress(Exception):  # the scheduler's part reports its own failure, not this check
+        schedule = await state["schedule_before"]  # three occurrences ran before the loss
     progress("removing w2")
     removed_at = time.monotonic()
+    removed_at_wall = time.time()
     await asyncio.to_thread(nodes.cluster.remove_node, nodes.workers[1], allow_graceful=False)
+    if schedule is not None:
+        after = schedule_checks.after_the_loss(nodes.ids, store_url, schedule, removed_at_wall)
+        state["schedule_after"] = asyncio.ensure_future(after)
     final = await through_restarts(lambda: victim.wait_for_submission(submission.submission_id, timeout_s=5))
     progress(f"submission {final.status}")
     finished_s = time.monotonic() - removed_at
@@ -274,25 +294,56 @@ async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -
 # ---------------------------------------------------------------------------------------------------- the run
 
 
+async def run_check(
+    name: str,
+    check: Callable[[], Awaitable[dict[str, Any]]],
+    results: dict[str, Any],
+    timeout_s: float = CHECK_TIMEOUT_S,
+) -> None:
+    """Run one check into ``results[name]``: its facts, or the traceback that stopped it; and its seconds."""
+    progress(f"check {name}")
+    started = time.monotonic()
+    try:
+        results[name] = await asyncio.wait_for(check(), timeout_s)
+    except Exception:
+        results[name] = {"error": traceback.format_exc()}
+    results[name]["seconds"] = round(time.monotonic() - started, 2)
+    progress(f"check {name} done")
+
+
+async def run_schedule(nodes: Nodes, store_url: str, state: dict[str, Any], results: dict[str, Any]) -> None:
+    """The scheduler's part: started beside the checks after ``spread``, finished after the node loss."""
+
+    async def schedule() -> dict[str, Any]:
+        before = asyncio.ensure_future(schedule_checks.before_the_loss(nodes.ids, store_url))
+        state["schedule_before"] = before
+        await state["node_loss_done"].wait()  # node_loss awaits ``before``, removes w2, starts the rest
+        if "schedule_after" not in state:
+            await before  # raises what stopped it, else node_loss failed before the removal
+            raise RuntimeError("the node_loss check stopped before it removed w2")
+        facts: dict[str, Any] = await state["schedule_after"]
+        return facts
+
+    await run_check("schedule", schedule, results, timeout_s=4 * CHECK_TIMEOUT_S)  # it spans the other checks
+
+
 async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> None:
-    state: dict[str, Any] = {}
-    checks: list[tuple[str, Callable[[], Awaitable[dict[str, Any]]]]] = [
-        ("spread", lambda: check_spread(nodes, state)),
-        ("parent_and_child", lambda: check_parent_and_child(nodes, state)),
-        ("gateway", lambda: check_gateway(nodes, state)),
-        ("model_pools", lambda: check_model_pools(nodes)),
-        ("node_loss", lambda: check_node_loss(nodes, state, store_url)),  # last: it takes a node away
-    ]
-    for name, check in checks:
-        progress(f"check {name}")
-        started = time.monotonic()
-        try:
-            results[name] = await asyncio.wait_for(check(), 60)
-        except Exception:
-            results[name] = {"error": traceback.format_exc()}
-        results[name]["seconds"] = round(time.monotonic() - started, 2)
-        if "error" in results[name] and name == "spread":
-            break  # every later check uses its agents
+    state: dict[str, Any] = {"node_loss_done": asyncio.Event()}
+    await run_check("spread", lambda: check_spread(nodes, state), results)
+    if "error" in results["spread"]:
+        return  # every later check uses its agents
+    schedule = asyncio.ensure_future(run_schedule(nodes, store_url, state, results))
+
+    async def parent_then_gateway() -> None:
+        await run_check("parent_and_child", lambda: check_parent_and_child(nodes, state), results)
+        await run_check("gateway", lambda: check_gateway(nodes, state), results)
+
+    await asyncio.gather(parent_then_gateway(), run_check("model_pools", lambda: check_model_pools(nodes), results))
+    try:
+        await run_check("node_loss", lambda: check_node_loss(nodes, state, store_url), results)  # takes w2 away
+    finally:
+        state["node_loss_done"].set()
+    await schedule
 
 
 STARTED = time.monotonic()
@@ -307,15 +358,12 @@ def main(store_url: str) -> int:
     results: dict[str, Any] = {}
     data_dir = tempfile.mkdtemp(prefix="think-actors-mn-")  # unused with PostgreSQL, but never the caller's
     progress("starting the head")
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
-    )
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD)
     try:
         workers = []
         for i in range(2):
             progress(f"starting worker w{i + 1}")
-            workers.append(cluster.add_node(**NODE))
+            workers.append(cluster.add_node(**WORKER))
         cluster.wait_for_nodes()
         progress("connecting")
         ta.init(address=cluster.address, store=store_url, data_dir=data_dir, model_pool_size=1)

@@ -518,6 +518,15 @@ class Sleepy(ta.Think):
     idle_timeout_s = 0.5
 
 
+class SlowToSleep(Sleepy):
+    """Hibernates like ``Sleepy``, but its close takes a second and a half: its actor refuses calls (it is
+    hibernating) while it still holds its name."""
+
+    async def close(self) -> None:
+        await asyncio.sleep(1.5)
+        await super().close()
+
+
 class SleepyLead(ta.Think):
     """Hibernates quickly too, but not while its child works: the child's run is the lead's turn."""
 

@@ -12,7 +12,7 @@ import pytest
 import ray
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
-from ray_agents import Sleepy, SleepyLead
+from ray_agents import Sleepy, SleepyLead, SlowToSleep
 
 import think_actors as ta
 from think_actors import registry
@@ -36,6 +36,20 @@ async def until_hibernated(path: str, timeout_s: float = 10) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{path} did not hibernate")
+
+
+async def test_spawn_meeting_an_actor_still_hibernating_starts_a_new_one(unique: str) -> None:
+    agent = await ta.spawn(SlowToSleep, unique)
+    await agent.save_messages("first")
+    pid = (await agent.info())["pid"]
+    while registry.lookup("think_actors", agent.path).resident:  # type: ignore[union-attr]
+        await asyncio.sleep(0.02)
+    assert resident(agent.path)  # hibernating: the name still points at the actor, which refuses every call
+
+    again = await ta.spawn(SlowToSleep, unique)  # used to raise AgentHibernatedError
+
+    assert (await again.info())["pid"] != pid
+    assert [m.text for m in await again.get_messages()] == ["first", "echo: first"]
 
 
 async def test_an_idle_agent_hibernates_and_an_old_handle_wakes_it_with_its_history(unique: str) -> None:

@@ -54,12 +54,26 @@ async def _spawn_path(
     if config.store_url:
         options.setdefault("store", config.store_url)
     host: Any = AgentHost
-    actor = host.options(**_actor_options(config, path, node_id)).remote(
-        agent_class, name, path, options, config, _ActorRuntime
-    )
-    handle = AgentHandle(actor, path, agent_class.__name__)
-    await handle._ready()
-    return handle
+    for wait_s in (*_NAME_RELEASE_WAITS_S, None):
+        actor = host.options(**_actor_options(config, path, node_id)).remote(
+            agent_class, name, path, options, config, _ActorRuntime
+        )
+        try:
+            await actor.ready.remote()
+        except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+            # The name's actor was hibernating (get_if_exists found it idle and leaving): nothing ran. Once it
+            # has let go of the name, the same options start a new actor.
+            if wait_s is not None and _hibernated(err, path, actor):
+                await asyncio.sleep(wait_s)
+                continue
+            raise _unwrap(err) from None
+        return AgentHandle(actor, path, agent_class.__name__)
+    raise AssertionError("unreachable")
+
+
+# How long a spawn waits, each time, for a hibernating actor to let go of its name (about 6 s in all: an actor's
+# exit on a loaded node takes seconds).
+_NAME_RELEASE_WAITS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.0)
 
 
 _WAKE_ATTEMPTS = 4

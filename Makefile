@@ -88,7 +88,7 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 	$(PY) scripts/bench_gateway_scale.py --duration 30  # 1,000 addressable agents through the gateway (full: 60 s)
 	$(PY) scripts/bench_mcp.py
 	$(PY) scripts/bench_tracing.py
-	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200  # 10,000 woken agents take an hour here (2-4 actor starts/s)
+	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200 --runner-agents 10000  # runners: 10,000 due in a minute; woken in their own actors: 200 (10,000 take two hours here)
 
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)

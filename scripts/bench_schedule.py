@@ -13,9 +13,16 @@ Two measurements, each printed as one JSON line:
     starting a Ray actor (about 2-4 per second on 2 cores, stack-notes), so with more agents due per second than
     the node can start, lateness grows with the queue: the figure says so rather than hiding it. Also printed:
     how many agents are resident at the end (after ``--settle-s``) and how many actor processes are alive.
+    This is the old wake (``start_scheduler(runners=0)``): each due prompt starts its agent's actor.
+(c) ``--mode runners``: ``--agents`` agents provisioned on local Ray (never started), one scheduled prompt each
+    within the window, delivered through the burst runners (``runtime/runner.py``: a few long-lived actors per node
+    that host many agents each for a moment). The agents answer at once (a model with no provider wait). Lateness
+    is measured twice, in the agent's hooks: the occurrence's time to its turn's start (``before_turn``) and to its
+    submission's completion (after the reply was persisted). Also: how many runs completed and whether each agent
+    ran once, how many processes are resident at the end, and the runners' memory (USS, from ``/proc``).
 
-Usage: python scripts/bench_schedule.py [--mode scheduler|agents|both] [--tasks 10000] [--agents 10000]
-       [--window-s 60] [--store URL]
+Usage: python scripts/bench_schedule.py [--mode scheduler|agents|runners|both|all] [--tasks 10000]
+       [--agents 10000] [--runner-agents 10000] [--window-s 60] [--store URL]
 """
 
 from __future__ import annotations
@@ -126,7 +133,7 @@ async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: fl
 
     ta.init(data_dir=tempfile.mkdtemp(prefix="bench-schedule-ray-"), idle_timeout_s=idle_s)
     recorder = Accepted.options(name="bench-schedule-accepted", namespace="think_actors").remote()  # type: ignore[attr-defined]
-    scheduler = await ta.start_scheduler(poll_s=0.5)
+    scheduler = await ta.start_scheduler(poll_s=0.5, runners=0)  # the old wake: each agent its actor
     lead_s = max(10.0, agents / 100)  # provisioning and scheduling come first: the window starts after them
     start = time.time() + lead_s
     handles = []
@@ -160,21 +167,141 @@ async def bench_agents(agents: int, window_s: float, idle_s: float, settle_s: fl
     return result
 
 
+@ray.remote(num_cpus=0)
+class Runs:
+    """Each agent's scheduled run: when it was due, when its turn started, when its submission completed."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[tuple[float, float, float]]] = {}
+
+    def record(self, path: str, due: float, started: float, done: float) -> None:
+        self.runs.setdefault(path, []).append((due, started, done))
+
+    def count(self) -> int:
+        return len(self.runs)
+
+    def all(self) -> dict[str, list[tuple[float, float, float]]]:
+        return self.runs
+
+
+_RECORDER: dict[str, Any] = {}
+
+
+class InstantModel:
+    """Answers at once: no provider wait, so the figure is the runners' own."""
+
+    model_id = "instant"
+
+    async def stream(self, request: Any) -> Any:
+        from think_actors.models import FinishEvent, TextDelta, Usage
+
+        yield TextDelta("awake")
+        yield FinishEvent("stop", Usage())
+
+
+class Riser(ta.Think):
+    """Reports its scheduled run once its submission has completed (the reply is persisted before that)."""
+
+    model = InstantModel()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._started = 0.0
+
+    async def before_turn(self, ctx: Any) -> None:
+        self._started = time.time()
+
+    async def on_submission_status(self, submission: Any) -> None:
+        facts = (submission.metadata or {}).get("schedule")
+        if submission.status == "completed" and facts:
+            recorder = _RECORDER.get("runs")
+            if recorder is None:  # one name lookup per runner process, not one per agent
+                recorder = _RECORDER["runs"] = ray.get_actor("bench-schedule-runs", namespace="think_actors")
+            recorder.record.remote(self.path, facts["scheduled_for"], self._started, time.time())
+
+
+def uss_mib(pid: int) -> float:
+    """A process's unique memory (private pages), from /proc (the runners run on this machine)."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return round(total / 1024, 1)
+
+
+async def bench_runners(agents: int, window_s: float, settle_s: float) -> dict[str, Any]:
+    from think_actors.runtime import _require_config
+    from think_actors.runtime.runner import RunnerPool
+
+    ta.init(data_dir=tempfile.mkdtemp(prefix="bench-schedule-runners-"))
+    config = _require_config()
+    recorder = Runs.options(name="bench-schedule-runs", namespace="think_actors").remote()  # type: ignore[attr-defined]
+    scheduler = await ta.start_scheduler(poll_s=0.5)
+    pool = RunnerPool(config)
+    runner_pids = [(await r.status.remote())["pid"] for r in pool.runners()]  # started before the window
+    began = time.time()
+    handles = [ta.provision(Riser, f"r{i}") for i in range(agents)]
+    provision_s = time.time() - began
+    store = open_schedule_store(config.store_url, config.data_dir)
+    start = time.time() + 10.0 + agents / 400  # writing the tasks comes first: the window starts after it
+    for handle in handles:
+        when = start + random.uniform(0, window_s) - time.time()
+        await AgentSchedules(store, handle.path, handle.class_name).schedule(when, "wake up", task_id="t")
+    write_s = time.time() - began
+    assert time.time() < start, "writing the tasks took longer than the lead: raise it"
+    deadline = start + window_s + max(300.0, agents / 10)
+    while time.time() < deadline:
+        if await recorder.count.remote() >= agents:
+            break
+        await asyncio.sleep(2.0)
+    await asyncio.sleep(settle_s)
+    runs = await recorder.all.remote()
+    listing = await asyncio.to_thread(ta.list_agents)
+    first = [r[0] for r in runs.values()]
+    statuses = [await r.status.remote() for r in pool.runners()]
+    result = {
+        "mode": "runners",
+        "agents": agents,
+        "runners": len(runner_pids),
+        "provision_s": round(provision_s, 1),
+        "write_s": round(write_s, 1),
+        "completed": len(runs),
+        "ran_once": sum(1 for r in runs.values() if len(r) == 1),
+        "ran_more_than_once": sum(1 for r in runs.values() if len(r) > 1),
+        "to_turn_start": summary([started - due for due, started, _ in first], agents),
+        "to_reply_persisted": summary([done - due for due, _, done in first], agents),
+        "runner_stats": [{k: s[k] for k in ("ran", "handed_over", "hosted_at_once")} for s in statuses],
+        "runner_uss_mib": [uss_mib(pid) for pid in runner_pids],
+        "resident_at_end": listing.resident,
+        "addressable": listing.addressable,
+        "actor_processes_at_end": actor_processes(),
+    }
+    await store.close()
+    ray.kill(scheduler, no_restart=True)
+    ta.shutdown()
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=["scheduler", "agents", "both"], default="both")
+    parser.add_argument("--mode", choices=["scheduler", "agents", "runners", "both", "all"], default="all")
     parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--agents", type=int, default=10_000)
+    parser.add_argument("--agents", type=int, default=10_000, help="--mode agents: woken in their own actors")
+    parser.add_argument("--runner-agents", type=int, default=10_000, help="--mode runners (smaller: a quick run)")
     parser.add_argument("--window-s", type=float, default=60.0)
     parser.add_argument("--idle-s", type=float, default=2.0)
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--store", default=None, help="schedule store URL for --mode scheduler (default SQLite)")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if args.mode in ("scheduler", "both"):
+    if args.mode in ("scheduler", "both", "all"):
         print(json.dumps(asyncio.run(bench_scheduler(args.tasks, args.window_s, args.store))), flush=True)
-    if args.mode in ("agents", "both"):
+    if args.mode in ("agents", "both", "all"):
         print(json.dumps(asyncio.run(bench_agents(args.agents, args.window_s, args.idle_s, args.settle_s))), flush=True)
+    if args.mode in ("runners", "all"):
+        result = asyncio.run(bench_runners(args.runner_agents, args.window_s, args.settle_s))
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

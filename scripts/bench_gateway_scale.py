@@ -280,7 +280,11 @@ async def main() -> None:
     parser.add_argument("--warm", type=int, default=1, help="warm worker processes per node (ta.init warm_workers)")
     parser.add_argument("--handle-checks", type=int, default=3, help="agents whose history is read through handles")
     parser.add_argument(
-        "--resident", type=int, default=0, help="agents woken before the clients start (a resident set to hit)"
+        "--resident",
+        type=int,
+        default=0,
+        help="agents woken before the clients start (a resident set to hit; give an --idle-timeout longer than "
+        "their waking takes, ~1 s each on 2 cores, or the first hibernate before the clients begin)",
     )
     args = parser.parse_args()
     if not args.clients < args.agents:

@@ -76,10 +76,14 @@ class Run:
 
 
 def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "none"
+    return f"p50 {percentile(values, 50) * 1e3:.0f} ms, p99 {percentile(values, 99) * 1e3:.0f} ms"
 
 
 def name_of(agent: int) -> str:
@@ -349,22 +353,12 @@ async def main() -> None:
         print(f"  LOST: {failure}", flush=True)
     for refusal in run.refused[:5]:
         print(f"  refused, opened again: {refusal}", flush=True)
-    ratio = percentile(woken, 50) / percentile(resident, 50) if resident and woken else float("nan")
+    ratio = f", p50 {percentile(woken, 50) / percentile(resident, 50):.1f}x the resident's" if resident else ""
     rows = [
         ("turns/s through the gateway", f"{run.completed / elapsed:.2f} ({run.completed} turns in {elapsed:.0f} s)"),
-        (
-            "time to first chunk (socket opened -> first chunk frame), all turns",
-            f"p50 {percentile(firsts, 50) * 1e3:.0f} ms, p99 {percentile(firsts, 99) * 1e3:.0f} ms",
-        ),
-        (
-            f"  agent resident when picked ({len(resident)} turns)",
-            f"p50 {percentile(resident, 50) * 1e3:.0f} ms, p99 {percentile(resident, 99) * 1e3:.0f} ms",
-        ),
-        (
-            f"  agent woken by the turn ({len(woken)} turns)",
-            f"p50 {percentile(woken, 50) * 1e3:.0f} ms, p99 {percentile(woken, 99) * 1e3:.0f} ms, "
-            f"p50 {ratio:.1f}x the resident's",
-        ),
+        ("time to first chunk (socket opened -> first chunk frame), all turns", spread(firsts)),
+        (f"  agent resident when picked ({len(resident)} turns)", spread(resident)),
+        (f"  agent woken by the turn ({len(woken)} turns)", spread(woken) + (ratio if woken else "")),
         (
             "most agents resident at once",
             f"{seen['most_resident']} of {args.agents} ({seen['most_resident'] / args.agents:.1%})",

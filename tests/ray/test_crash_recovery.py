@@ -100,26 +100,47 @@ async def run(
     return final, messages, report
 
 
+# Three crashes in one turn (restart churn), run with the matrix.
+REPEATED = ("after_tool_call:charge", "on_step_finish:1", "on_chunk:text")
 # The matrix's runs go on side by side, a few at a time (most of a run is waiting for Ray to restart the actor):
-# the first test of the matrix starts them all on the module's event loop, and each test awaits its own.
+# the first test of the matrix starts them all on the module's event loop, and each test awaits its own. The
+# tests after the matrix (one agent each) are queued behind it, so they run beside its last runs and each other,
+# not one after another once it is done.
 PARALLEL_RUNS = 4
-_RUNS: dict[str | None, asyncio.Task[tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]]] = {}
+Point = str | tuple[str, ...] | None
+Outcome = tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]
+_RUNS: dict[Point, asyncio.Task[Outcome]] = {}
+_CHECKS: dict[str, asyncio.Task[None]] = {}
 
 
-def matrix(
-    ray_runtime: Any,
-) -> dict[str | None, asyncio.Task[tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]]]:
-    """The runs of the uncrashed baseline (key None) and of every crash point, started once per module."""
+def matrix(ray_runtime: Any) -> dict[Point, asyncio.Task[Outcome]]:
+    """The runs of the uncrashed baseline (key None), of the repeated crashes (key REPEATED) and of every crash
+    point, and then the checks of the tests after the matrix (``queued``), started once per module."""
     if not _RUNS:
         gate = asyncio.Semaphore(PARALLEL_RUNS)
 
-        async def one(point: str | None) -> tuple[ta.Submission, list[ta.UIMessage], dict[str, Any]]:
+        async def one(point: Point) -> Outcome:
             async with gate:
-                return await run(ray_runtime, f"crash-{uuid.uuid4().hex[:10]}", point)
+                crash = list(point) if isinstance(point, tuple) else point
+                return await run(ray_runtime, f"crash-{uuid.uuid4().hex[:10]}", crash)
 
-        for point in [None, *CRASH_POINTS]:
+        async def check(body: Any) -> None:
+            async with gate:
+                await body(ray_runtime, f"crash-{uuid.uuid4().hex[:10]}")
+
+        for point in [None, REPEATED, *CRASH_POINTS]:
             _RUNS[point] = asyncio.create_task(one(point))
+        for body in QUEUED:
+            _CHECKS[body.__name__] = asyncio.create_task(check(body))
     return _RUNS
+
+
+async def queued(ray_runtime: Any, body: Any) -> None:
+    """Await ``body``'s run, started with the matrix (or now, alone, when no test of the matrix ran: a test picked
+    with -k does not wait for the whole matrix); its assertions fail here."""
+    if body.__name__ not in _CHECKS:
+        _CHECKS[body.__name__] = asyncio.create_task(body(ray_runtime, f"crash-{uuid.uuid4().hex[:10]}"))
+    await asyncio.shield(_CHECKS[body.__name__])
 
 
 async def baseline(ray_runtime: Any) -> list[ta.UIMessage]:
@@ -165,8 +186,7 @@ async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, poi
     assert assistant_text.endswith("All done: charged 42.")
 
 
-@pytest.mark.timeout(120)
-async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_runtime: Any, unique: str) -> None:
+async def interrupted_chat(ray_runtime: Any, unique: str) -> None:
     control_name = f"crash-control/{unique}"
     CrashControl.options(name=control_name, namespace=ray_runtime.namespace, lifetime="detached").remote(
         "before_step:1"
@@ -196,8 +216,7 @@ async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_
     assert sorted(p.tool_call_id for p in tool_parts(messages)) == sorted(CALLS)
 
 
-@pytest.mark.timeout(120)
-async def test_a_caller_cut_off_mid_reply_resumes_and_gets_every_chunk_once(ray_runtime: Any, unique: str) -> None:
+async def cut_off_mid_reply(ray_runtime: Any, unique: str) -> None:
     # The actor dies in the middle of the last step's text: what the caller had received is in the log (nothing
     # leaves the actor before), so the recovery continues from it, and resume() brings exactly the rest.
     control_name = f"crash-control/{unique}"
@@ -236,10 +255,7 @@ async def test_a_caller_cut_off_mid_reply_resumes_and_gets_every_chunk_once(ray_
     assert sorted(results) == sorted(CALLS)  # each call's result once
 
 
-@pytest.mark.timeout(120)
-async def test_a_restarted_parent_reattaches_to_its_running_child_instead_of_running_it_twice(
-    ray_runtime: Any, unique: str
-) -> None:
+async def restarted_parent(ray_runtime: Any, unique: str) -> None:
     from ray_agents import ReattachLead, SlowHelper, handle_at
 
     lead = await ta.spawn(ReattachLead, unique)
@@ -267,12 +283,28 @@ async def test_a_restarted_parent_reattaches_to_its_running_child_instead_of_run
     assert messages[-1].text == "lead done: helper answer"
 
 
+QUEUED = (interrupted_chat, cut_off_mid_reply, restarted_parent)
+
+
 @pytest.mark.timeout(120)
-async def test_repeated_crashes_in_one_turn_never_roll_back_settled_work(ray_runtime: Any, unique: str) -> None:
+async def test_an_interrupted_chat_names_its_turn_and_the_caller_reattaches(ray_runtime: Any) -> None:
+    await queued(ray_runtime, interrupted_chat)
+
+
+@pytest.mark.timeout(120)
+async def test_a_caller_cut_off_mid_reply_resumes_and_gets_every_chunk_once(ray_runtime: Any) -> None:
+    await queued(ray_runtime, cut_off_mid_reply)
+
+
+@pytest.mark.timeout(120)
+async def test_a_restarted_parent_reattaches_to_its_running_child_instead_of_running_it_twice(ray_runtime: Any) -> None:
+    await queued(ray_runtime, restarted_parent)
+
+
+@pytest.mark.timeout(120)
+async def test_repeated_crashes_in_one_turn_never_roll_back_settled_work(ray_runtime: Any) -> None:
     # Three crashes in one turn (restart churn): each restart goes on from what the last one settled.
-    final, messages, report = await run(
-        ray_runtime, unique, ["after_tool_call:charge", "on_step_finish:1", "on_chunk:text"]
-    )
+    final, messages, report = await asyncio.shield(matrix(ray_runtime)[REPEATED])
     assert report["pending"] is None
     assert final.status == "completed", final.error
     # charge and note run in parallel: when charge's after_tool_call crashes, note has usually recorded its result

@@ -373,39 +373,22 @@ def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str
     )
     cpu = row["cpu_ms_actors"] + row["cpu_ms_driver"] + row["cpu_ms_ray"]
     bare_cpu = row["bare_cpu_ms_actors"] + row["bare_cpu_ms_driver"] + row["bare_cpu_ms_ray"]
-    name = f"(d) 3-node cluster, N = {n}"
     pg = f"{row['cpu_ms_postgres']:.1f} vs {row['bare_cpu_ms_postgres']:.1f}"
-    return [
-        (
-            f"{name}: turns/s, agents vs bare actors",
-            f"{row['turns_per_s']:.1f} vs {row['bare_turns_per_s']:.1f}, {rate:.2f}x",
-            "(reported)",
-        ),
-        (
-            f"{name}: turns/s per core ({cores} cores)",
-            f"{row['turns_per_s'] / cores:.1f} vs {row['bare_turns_per_s'] / cores:.1f}",
-            "(reported)",
-        ),
-        (
-            f"{name}: turn p50 / p99, agents vs bare actors",
-            f"{row['p50'] * 1e3:.0f} / {row['p99'] * 1e3:.0f} vs {row['bare_p50'] * 1e3:.0f} / "
-            f"{row['bare_p99'] * 1e3:.0f} ms, p99 {p99:.2f}x",
-            "(reported)",
-        ),
-        (
-            f"{name}: agents (bare actors) per node",
-            ", ".join(
-                f"{label} {row['nodes'].count(label)} ({row['bare_nodes'].count(label)})"
-                for label in sorted(set(row["nodes"]) | set(row["bare_nodes"]))
-            ),
-            "(reported)",
-        ),
-        (
-            f"{name}: CPU per turn (actors + driver + raylets/GCS; PostgreSQL beside it)",
-            f"{cpu:.1f} vs {bare_cpu:.1f} ms, {cpu / bare_cpu:.2f}x; PostgreSQL {pg} ms",
-            "(reported)",
-        ),
-    ]
+    per_node = ", ".join(
+        f"{label} {row['nodes'].count(label)} ({row['bare_nodes'].count(label)})"
+        for label in sorted(set(row["nodes"]) | set(row["bare_nodes"]))
+    )
+    measured = {
+        "turns/s, agents vs bare actors": f"{row['turns_per_s']:.1f} vs {row['bare_turns_per_s']:.1f}, {rate:.2f}x",
+        f"turns/s per core ({cores} cores)": f"{row['turns_per_s'] / cores:.1f} vs "
+        f"{row['bare_turns_per_s'] / cores:.1f}",
+        "turn p50 / p99, agents vs bare actors": f"{row['p50'] * 1e3:.0f} / {row['p99'] * 1e3:.0f} vs "
+        f"{row['bare_p50'] * 1e3:.0f} / {row['bare_p99'] * 1e3:.0f} ms, p99 {p99:.2f}x",
+        "agents (bare actors) per node": per_node,
+        "CPU per turn (actors + driver + raylets/GCS; PostgreSQL beside it)": f"{cpu:.1f} vs {bare_cpu:.1f} ms, "
+        f"{cpu / bare_cpu:.2f}x; PostgreSQL {pg} ms",
+    }
+    return [(f"(d) 3-node cluster, N = {n}: {what}", figure, "(reported)") for what, figure in measured.items()]
 
 
 def print_profile(directory: str, top: int = 30) -> None:

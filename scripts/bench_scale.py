@@ -45,6 +45,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ from bench_agents import BareActor  # noqa: E402
 from scale_agents import PROFILE_ENV, PROFILE_TURNS_ENV, BareTurn, Napper, ProfiledWorker, Worker  # noqa: E402
 
 import think_actors as ta  # noqa: E402
+from think_actors.runtime import _require_config, _spawn_path  # noqa: E402
+from think_actors.store import agent_path  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -208,10 +211,12 @@ def uss_mib(pids: list[int]) -> float:
     return statistics.median(psutil.Process(pid).memory_full_info().uss / 2**20 for pid in pids)
 
 
-async def bench_throughput(sizes: list[int], turns: int, profile: bool) -> list[dict[str, Any]]:
+async def bench_throughput(sizes: list[int], turns: int, profile: bool, held: bool = False) -> list[dict[str, Any]]:
     """For each N of ``sizes``, the same turns through N bare actors and N agents. The largest N of each is
     started once and the smaller N run on a subset; the bare actors are gone before the agents start, so the
-    node holds one population at a time (200 processes are ≈11 GiB)."""
+    node holds one population at a time (200 processes are ≈11 GiB). ``held``: then as many agents again whose
+    actors hold a turn's opening chunks for its first content (``ta.init(first_chunk_at_once=False)``), keys
+    ``held_*``."""
     most = max(sizes)
     bare = await start_in_waves(lambda i: _started_bare(), most)
     bare_pids = [await a.pid.remote() for a in bare]
@@ -232,6 +237,21 @@ async def bench_throughput(sizes: list[int], turns: int, profile: bool) -> list[
     rows[-1]["bare_uss_mib"] = bare_uss
     for handle in handles:
         await handle.kill(restart=False)
+    if held:
+        await asyncio.sleep(2)
+        config = replace(_require_config(), first_chunk_at_once=False)
+        spawn = lambda i: _spawn_path(agent_class, f"held-{i}", agent_path("worker", f"held-{i}"), {}, config)  # noqa: E731
+        handles = await start_in_waves(spawn, most)
+        agent_pids = [(await h.info())["pid"] for h in handles]
+        for n, row in zip(sizes, rows, strict=True):
+            row.update(
+                {
+                    f"held_{k}": v
+                    for k, v in (await converse_all(handles[:n], agent_turn, turns, agent_pids[:n])).items()
+                }
+            )
+        for handle in handles:
+            await handle.kill(restart=False)
     return rows
 
 
@@ -463,6 +483,7 @@ async def main() -> None:
     parser.add_argument("--wake-ab", action="store_true", help="(c) without warm workers first, then with them")
     parser.add_argument("--skip", default="", help="parts to leave out, e.g. a,c")
     parser.add_argument("--profile", action="store_true", help="profile (b)'s agents (cProfile; slows them)")
+    parser.add_argument("--held", action="store_true", help="(b) also with ta.init(first_chunk_at_once=False)")
     parser.add_argument("--cluster", action="store_true", help="only (d): (b) on a 3-node cluster, PostgreSQL store")
     args = parser.parse_args()
     skip = set(args.skip.split(",")) - {""}
@@ -498,7 +519,7 @@ async def main() -> None:
                     )
                 )
             if "b" not in skip:
-                for row in await bench_throughput(sizes, args.turns, args.profile):
+                for row in await bench_throughput(sizes, args.turns, args.profile, args.held):
                     n, rate, p99 = row["n"], row["turns_per_s"] / row["bare_turns_per_s"], row["p99"] / row["bare_p99"]
                     print(
                         f"(b) {n:.0f} x {args.turns} turns at once, 200 ms per step: bare actors "
@@ -534,6 +555,26 @@ async def main() -> None:
                             "(reported)",
                         )
                     )
+                    if "held_turns_per_s" in row:
+                        held_rate, held_p99 = row["held_turns_per_s"], row["held_p99"]
+                        held_cpu = row["held_cpu_ms_actors"] + row["held_cpu_ms_driver"] + row["held_cpu_ms_ray"]
+                        print(
+                            f"(b) {n:.0f} x {args.turns}, agents with first_chunk_at_once=False: {held_rate:.1f} "
+                            f"turns/s, p50 {row['held_p50'] * 1e3:.0f} ms, p99 {held_p99 * 1e3:.0f} ms, CPU/turn "
+                            f"actors {row['held_cpu_ms_actors']:.1f} + driver {row['held_cpu_ms_driver']:.1f} + "
+                            f"raylet/GCS {row['held_cpu_ms_ray']:.1f} ms [load {load()}]",
+                            flush=True,
+                        )
+                        ratio = held_rate / row["bare_turns_per_s"]
+                        summary.append(
+                            (
+                                f"(b) N = {n:.0f}, first_chunk_at_once=False: turns/s, p99, CPU per turn vs bare",
+                                f"{held_rate:.1f} turns/s, {ratio:.2f}x; p99 {held_p99 / row['bare_p99']:.2f}x; "
+                                f"CPU {held_cpu / bare_cpu:.2f}x",
+                                f">= 0.9x: {verdict(ratio >= 0.9)}, "
+                                f"<= 1.3x: {verdict(held_p99 / row['bare_p99'] <= 1.3)}",
+                            )
+                        )
                     if "uss_mib" in row:
                         extra = row["uss_mib"] - row["bare_uss_mib"]
                         summary.append(

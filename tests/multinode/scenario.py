@@ -14,8 +14,8 @@ own unless it is told the machine is no cluster host (``RAY_ENABLE_WINDOWS_OR_OS
 
 After ``spread``, the checks that do not depend on each other run side by side (most of their time is waiting for
 a worker process to boot, or for the scheduler's clock): ``parent_and_child`` then ``gateway``; ``model_pools``;
-and the scheduler's part (schedule_checks.py) up to the node loss. ``node_loss`` comes last, alone: it takes w2
-away, the node of both its own agents and the scheduler.
+the scheduler's part (schedule_checks.py) up to the node loss; and the start of the node loss's victim on w2.
+``node_loss`` comes last, alone: it takes w2 away, the node of both its own agents and the scheduler.
 """
 
 from __future__ import annotations
@@ -234,14 +234,20 @@ async def sql_rows(url: str, path: str) -> dict[str, Any]:
     return {"generation": generation, "roles": [r[0] for r in roles], "submissions": [r[0] for r in statuses]}
 
 
+async def victim_before_the_loss(nodes: Nodes) -> tuple[AgentHandle, Any, dict[str, Any]]:
+    """The node loss's victim, pinned to w2, and its first turn there (started beside the other checks: a worker
+    process boots on w2 for it); the handle, that turn's result and where it ran."""
+    victim = await ta.spawn(Echo, "victim", node_id=nodes.ids["w2"])
+    first = await victim.save_messages("before the loss")
+    return victim, first, await info(victim, nodes)
+
+
 async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -> dict[str, Any]:
     """w2 dies while an agent on it runs an accepted submission: Ray re-creates w2's agents on the other nodes,
     their history is intact in PostgreSQL, and the submission finishes there. The scheduler on w2 goes with it:
     the scheduler's part follows its restart beside this check (``state["schedule_after"]``)."""
     w2 = nodes.ids["w2"]
-    victim = await ta.spawn(Echo, "victim", node_id=w2)
-    first = await victim.save_messages("before the loss")
-    before = await info(victim, nodes)
+    victim, first, before = await state["victim"]
     submission = await victim.submit_messages(f"hold on {w2}", idempotency_key="hold")
     deadline = time.monotonic() + 20
     status = submission.status
@@ -333,6 +339,7 @@ async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> N
     if "error" in results["spread"]:
         return  # every later check uses its agents
     schedule = asyncio.ensure_future(run_schedule(nodes, store_url, state, results))
+    state["victim"] = asyncio.ensure_future(victim_before_the_loss(nodes))  # node_loss awaits it
 
     async def parent_then_gateway() -> None:
         await run_check("parent_and_child", lambda: check_parent_and_child(nodes, state), results)

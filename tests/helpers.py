@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -160,3 +162,14 @@ SEARCH_TOOL = {
         "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
     },
 }
+
+
+async def until(check: Any, timeout_s: float = 60, what: str = "") -> Any:
+    """Poll the coroutine function ``check`` every 0.2 s until it returns something true; that value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what or check}")

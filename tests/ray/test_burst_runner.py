@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import ray
+from helpers import until
 from ray_agents import EchoModel
 
 import think_actors as ta
@@ -113,16 +114,6 @@ async def scheduler() -> AsyncIterator[Any]:
                 break
             await asyncio.sleep(0.05)
         ray.kill(recorder)
-
-
-async def until(check: Any, timeout_s: float = 60, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 def has_actor(path: str) -> bool:

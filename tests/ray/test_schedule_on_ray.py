@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import ray
+from helpers import until
 from ray_agents import EchoModel
 
 import think_actors as ta
@@ -54,16 +55,6 @@ async def scheduler() -> AsyncIterator[Any]:
             except ValueError:
                 break
             await asyncio.sleep(0.05)
-
-
-async def until(check: Any, timeout_s: float = 60, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 async def test_class_and_run_time_tasks_fire_in_real_time_through_the_one_scheduler(

@@ -9,8 +9,10 @@ the test is skipped, and under CI it fails.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -68,21 +70,26 @@ async def everything_http() -> AsyncIterator[str]:
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PORT": str(port), "HOME": os.environ.get("HOME", "/")},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,  # npx runs the server through a shell: the whole group goes at the end
     )
     deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            if process.returncode is not None or time.monotonic() > deadline:
-                raise RuntimeError("server-everything did not start listening") from None
-            await asyncio.sleep(0.05)
-        else:
-            writer.close()
-            break
-    yield f"http://127.0.0.1:{port}/mcp"
-    process.kill()
-    await process.wait()
+    try:
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                if process.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError("server-everything did not start listening") from None
+                await asyncio.sleep(0.05)
+            else:
+                writer.close()
+                break
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        # process.kill() alone ended npx and left its shell and the node server running after the suite.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
 
 
 async def test_an_agent_uses_the_npm_servers_tools_over_stdio_through_its_hooks(agents: Any) -> None:

@@ -207,6 +207,7 @@ class _Points:
 
 
 async def test_ray_points_wait_for_one_flush_counters_summed(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics.flush()  # points earlier tests of this process left waiting go to Ray (the suite's), not to this list
     calls: list[tuple[Any, ...]] = []
     names = ("turns", "steps", "input_tokens", "output_tokens", "cost_usd", "tool_calls", "errors")
     recorder = type("Recorder", (), {n: _Points(calls, n) for n in (*names, "turn_duration", "first_chunk")})()

@@ -41,18 +41,24 @@ def _git(*args: str, cwd: Path = ROOT) -> str:
 
 
 def without_tracing(into: Path) -> Path:
-    """HEAD's package with the wiring commits reverted, exported under ``into``."""
-    archive = subprocess.run(["git", "archive", "HEAD", "think_actors"], cwd=ROOT, check=True, capture_output=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    """HEAD's tree with the wiring commits reverted, in a detached git worktree at ``into`` (a three-way revert,
+    so later changes beside the wiring's lines do not stop it); ``remove_tree`` removes it."""
+    _git("worktree", "add", "--detach", str(into), "HEAD")
     for subject in WIRING_SUBJECTS:
         commit = _git("log", "--format=%H", "-F", f"--grep={subject}", "-1").strip()
         if not commit:
             raise SystemExit(f"no commit with subject {subject!r}: cannot build the variant without tracing")
         patch = _git("show", "--format=", commit, "--", "think_actors/_turn")
-        done = subprocess.run(["git", "apply", "-R", "-"], cwd=into, input=patch, text=True, capture_output=True)
+        done = subprocess.run(
+            ["git", "apply", "-R", "--3way", "-"], cwd=into, input=patch, text=True, capture_output=True
+        )
         if done.returncode != 0:
             raise SystemExit(f"reverting {commit[:10]} failed (later changes overlap it): {done.stderr}")
     return into
+
+
+def remove_tree(tree: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
 
 
 WORKER = """
@@ -133,15 +139,19 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
-        baseline = without_tracing(Path(tmp))
-        roots = {"without": baseline, "off": ROOT, "on": ROOT}
-        results: dict[str, list[float]] = {name: [] for name in roots}
-        started = time.monotonic()
-        for round_number in range(args.rounds):
-            order = list(roots) if round_number % 2 == 0 else list(reversed(roots))
-            for name in order:
-                results[name].append(run_variant(name, args.turns, roots[name]))
-        elapsed = time.monotonic() - started
+        baseline = Path(tmp) / "without"
+        try:
+            without_tracing(baseline)
+            roots = {"without": baseline, "off": ROOT, "on": ROOT}
+            results: dict[str, list[float]] = {name: [] for name in roots}
+            started = time.monotonic()
+            for round_number in range(args.rounds):
+                order = list(roots) if round_number % 2 == 0 else list(reversed(roots))
+                for name in order:
+                    results[name].append(run_variant(name, args.turns, roots[name]))
+            elapsed = time.monotonic() - started
+        finally:
+            remove_tree(baseline)
     medians = {name: statistics.median(values) for name, values in results.items()}
     base = medians["without"]
     print(f"bench_tracing: one in-process turn (a tool call, then {CHUNKS} chunks; SQLite, ledger on)")

@@ -136,7 +136,9 @@ class MetricsRecorder:
             stage = str(event.payload.get("stage") or "unknown")
             totals = _totals.setdefault(event.agent, _Totals())
             totals.errors[stage] = totals.errors.get(stage, 0) + 1
-            _count("errors", 1, (("agent_class", event.agent), ("stage", stage)))
+            if _ray_ready():
+                _count("errors", 1, (("agent_class", event.agent), ("stage", stage)))
+                _flush_later()
 
     def _turn_finished(self, agent_class: str, payload: dict[str, Any]) -> None:
         status = str(payload.get("status") or "unknown")
@@ -197,9 +199,8 @@ _flush_timer: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = Non
 
 
 def _count(name: str, value: float, labels: _Labels) -> None:
-    if value > 0 and _ray_ready():  # Ray refuses to add zero to a counter, and a zero adds nothing anyway
+    if value > 0:  # Ray refuses to add zero to a counter, and a zero adds nothing anyway
         _counts[name, labels] = _counts.get((name, labels), 0) + value
-        _flush_later()
 
 
 def _flush_later() -> None:

@@ -32,7 +32,7 @@ from ..submissions import Submission
 from ..tools import Tool, ToolContext
 from .calls import _call, _hibernated, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
-from .host import AgentHost
+from .host import AgentHost, hosted_options
 from .placement import _actor_options
 from .stream import RemoteStream
 
@@ -49,10 +49,7 @@ async def _spawn_path(
 ) -> AgentHandle:
     if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
         raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
-    options = dict(options)
-    options.setdefault("data_dir", config.data_dir)
-    if config.store_url:
-        options.setdefault("store", config.store_url)
+    options = hosted_options(options, config)
     host: Any = AgentHost
     for wait_s in (*_NAME_RELEASE_WAITS_S, None):
         actor = host.options(**_actor_options(config, path, node_id)).remote(
@@ -92,10 +89,6 @@ class AgentHandle:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (AgentHandle, (self._actor, self.path, self.class_name))
-
-    async def _ready(self) -> dict[str, Any]:
-        info: dict[str, Any] = await _call(self._actor.ready.remote())
-        return info
 
     async def _invoke(self, method: str, *args: Any) -> Any:
         """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""

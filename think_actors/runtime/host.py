@@ -117,6 +117,15 @@ def _counted(method: Any) -> Any:
     return call
 
 
+def hosted_options(options: dict[str, Any], config: RuntimeConfig) -> dict[str, Any]:
+    """An agent's constructor options as the cluster hosts it: the cluster's data dir and store URL unless given."""
+    options = dict(options)
+    options.setdefault("data_dir", config.data_dir)
+    if config.store_url:
+        options.setdefault("store", config.store_url)
+    return options
+
+
 def build_agent(
     agent_class: type[Think],
     name: str,

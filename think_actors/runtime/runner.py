@@ -53,7 +53,7 @@ from .calls import _call
 from .class_schedules import schedule_store_location
 from .config import RuntimeConfig
 from .handles import AgentHandle, _ActorRuntime
-from .host import _process_setup, build_agent, load_agent
+from .host import _process_setup, build_agent, hosted_options, load_agent
 
 __all__ = ["AgentRunner", "RunnerPool"]
 
@@ -132,10 +132,7 @@ class AgentRunner:
         if args is None:
             raise AgentUnavailableError(f"no agent {path!r} was ever started or provisioned here", agent=path)
         agent_class, name, options = args
-        options = dict(options)
-        options.setdefault("data_dir", self.config.data_dir)
-        if self.config.store_url:
-            options.setdefault("store", self.config.store_url)
+        options = hosted_options(options, self.config)
         agent = build_agent(agent_class, name, path, options, self.config, _ActorRuntime)
         location = schedule_store_location(agent_class, options, self.config)
         store = self._schedule_stores.get(location)

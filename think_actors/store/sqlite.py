@@ -69,6 +69,12 @@ __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
+def _lease_owner(conn: sqlite3.Connection) -> int | None:
+    """The file's newest lease generation; None when its lease row is gone."""
+    row = conn.execute("SELECT generation FROM lease").fetchone()
+    return None if row is None else int(row[0])
+
+
 class SQLiteStore:
     """A Store in one SQLite file, with one connection opened on first use.
 
@@ -400,8 +406,7 @@ class SQLiteStore:
     async def holds_lease(self) -> bool:
         """Whether this store still holds the file's newest lease generation (no newer store opened it since)."""
         with self._guard("read lease") as conn:
-            row = conn.execute("SELECT generation FROM lease").fetchone()
-        return row is not None and row[0] == self._generation
+            return _lease_owner(conn) == self._generation
 
     async def exists(self) -> bool:
         """Whether the agent's file exists (any first use creates it); looking creates nothing."""
@@ -477,8 +482,7 @@ class SQLiteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if fenced:
-                    row = conn.execute("SELECT generation FROM lease").fetchone()
-                    owner = None if row is None else row[0]
+                    owner = _lease_owner(conn)
                     if owner != self._generation:
                         raise fenced_error(self._agent, self._generation, owner)
                 yield conn

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
+import sys
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import think_actors as ta
@@ -173,3 +176,52 @@ async def until(check: Any, timeout_s: float = 60, what: str = "") -> Any:
             return value
         await asyncio.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what or check}")
+
+
+MCP_TEST_SERVERS = Path(__file__).parent / "mcp_servers.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class McpHttpServer:
+    """tests/mcp_servers.py serving streamable HTTP on 127.0.0.1, a process of the test (not of an agent, so it
+    outlives a killed agent actor); ``kill`` and ``start`` again on the same port."""
+
+    def __init__(self, log_path: Path, *, hold_s: float = 0, start_timeout_s: float = 90.0) -> None:
+        self.env = {"MCP_TEST_LOG": str(log_path), "MCP_TEST_HOLD_S": str(hold_s), "PATH": "/usr/bin:/bin"}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.start_timeout_s = start_timeout_s
+        self.process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(MCP_TEST_SERVERS),
+            "http",
+            str(self.port),
+            env=self.env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:  # listening once a connection is accepted
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+            except OSError:
+                if self.process.returncode is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the MCP test server did not start") from None
+                await asyncio.sleep(0.05)
+            else:
+                writer.close()
+                return
+
+    async def kill(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()

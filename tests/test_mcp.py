@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import McpHttpServer
 
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
@@ -57,53 +57,9 @@ def stdio_server(log: ServerLog, *, hold_s: float = 0, **options: Any) -> ta.mcp
     return ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name=options.pop("name", "t"), env=env, **options)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class HttpServer:
-    """tests/mcp_servers.py serving streamable HTTP on 127.0.0.1; ``kill`` and ``start`` again on the same port."""
-
-    def __init__(self, log: ServerLog) -> None:
-        self.log = log
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(SERVERS),
-            "http",
-            str(self.port),
-            env={"MCP_TEST_LOG": str(self.log.path), "PATH": "/usr/bin:/bin"},
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + WAIT_S
-        while True:  # listening once a connection is accepted
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                if self.process.returncode is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the MCP test server did not start") from None
-                await asyncio.sleep(0.05)
-            else:
-                writer.close()
-                return
-
-    async def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-
 @pytest.fixture
-async def http_server(server_log: ServerLog) -> AsyncIterator[HttpServer]:
-    server = HttpServer(server_log)
+async def http_server(server_log: ServerLog) -> AsyncIterator[McpHttpServer]:
+    server = McpHttpServer(server_log.path, start_timeout_s=WAIT_S)
     await server.start()
     yield server
     await server.kill()
@@ -463,7 +419,7 @@ async def test_servers_are_added_and_removed_at_run_time(agents: Any, server_log
 
 
 async def test_streamable_http_sends_headers_survives_a_server_killed_mid_call_and_reconnects(
-    agents: Any, http_server: HttpServer, server_log: ServerLog
+    agents: Any, http_server: McpHttpServer, server_log: ServerLog
 ) -> None:
     model = ScriptedModel(
         [

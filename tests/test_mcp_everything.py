@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_mcp import McpAgent, free_port, offered, tool_parts
+from helpers import free_port
+from test_mcp import McpAgent, offered, tool_parts
 
 import think_actors as ta
 from think_actors.testing import ScriptedModel, step, text, tool_call

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import McpHttpServer
 
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
@@ -92,10 +93,17 @@ class PayModel:
             yield FinishEvent("tool_calls", Usage())
 
 
-class PayOnRay(McpOnRay):
-    """Pays through the server, where the call is held so that the actor can be killed in the middle of it."""
+class PayOnRay(ta.Think):
+    """Pays through an MCP server over HTTP that holds the call, so the actor can be killed in the middle of it.
+    The server is the test's process, as a payment service would be: killing the actor leaves the call in doubt.
+    (A stdio server is the actor's child, and Ray kills a dying worker's children first: the actor could then see
+    the connection close, and record that, before it dies.)"""
 
     model = PayModel()
+
+    def __init__(self, name: str, *, url: str, **kwargs: Any) -> None:
+        self.mcp_servers = [ta.mcp.http(url, name="t", connect_timeout_s=WAIT_S)]
+        super().__init__(name, **kwargs)
 
 
 def lines(path: Path) -> list[str]:
@@ -206,7 +214,16 @@ async def test_the_connection_comes_back_after_a_restart_and_after_hibernation(u
 
 
 async def test_a_call_in_doubt_after_the_actor_is_killed_mid_call_is_reconciled(unique: str, tmp_path: Path) -> None:
-    agent = await ta.spawn(PayOnRay, unique, log_dir=str(tmp_path), hold_s=600)
+    server = McpHttpServer(tmp_path / "calls.log", hold_s=600, start_timeout_s=WAIT_S)
+    await server.start()
+    try:
+        await _pay_and_kill_mid_call(unique, tmp_path, server.url)
+    finally:
+        await server.kill()
+
+
+async def _pay_and_kill_mid_call(unique: str, tmp_path: Path, url: str) -> None:
+    agent = await ta.spawn(PayOnRay, unique, url=url)
     await agent.wait_for_mcp_connections(WAIT_S)
     await agent.submit_messages("pay 7", submission_id="s1")
     await until(lambda: "pay 7" in lines(tmp_path / "calls.log"), "the payment never reached the server")

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import ray
 
 import think_actors as ta
 
@@ -24,10 +25,9 @@ import think_actors as ta
 @pytest.fixture(scope="session")
 def ray_runtime() -> Iterator[object]:
     data_dir = tempfile.mkdtemp(prefix="think-actors-ray-")
-    # Workers report metrics every second, not every ten: the metrics test reads them back without a long wait.
-    config = ta.init(
-        num_cpus=2, data_dir=data_dir, model_pool_size=1, _system_config={"metrics_report_interval_ms": 1000}
-    )
+    # Ray's default metrics report interval (10 s): at 1 s every live worker's export and the node agent receiving
+    # them took a tenth of the two cores all suite long; the metrics test waits for the next report instead.
+    config = ta.init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
     try:
         yield config
     finally:
@@ -36,6 +36,29 @@ def ray_runtime() -> Iterator[object]:
             ray_cli = Path(sys.executable).with_name("ray")
             subprocess.run([str(ray_cli), "stop", "--force"], capture_output=True, check=False, timeout=60)
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _kill_the_modules_actors() -> Iterator[None]:
+    """After each module, kill the named actors it started (its agents, their crash controls ...), but not the
+    runtime's own (``think_actors/...``: model servers, shared MCP connections, the scheduler). Agents are
+    detached and never hibernate by default: left alive, a hundred idle worker processes took over a core by the
+    suite's middle and slowed every later test. A module, not a test: some modules run agents across tests."""
+    before = _named_actors()
+    yield
+    for name, namespace in _named_actors() - before:
+        if name.startswith("think_actors/"):
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+        except ValueError:  # gone meanwhile (hibernated, killed by the test)
+            pass
+
+
+def _named_actors() -> set[tuple[str, str]]:
+    if not ray.is_initialized():
+        return set()
+    return {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)}
 
 
 @pytest.fixture

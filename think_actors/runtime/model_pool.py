@@ -187,9 +187,12 @@ async def start_model_pools(config: RuntimeConfig, started: set[str]) -> list[st
     node's pool otherwise starts at its first string model id); returns those nodes, now also in ``started``."""
     live = ray.nodes()  # type: ignore[no-untyped-call]
     nodes = [n["NodeID"] for n in live if n.get("Alive") and n["NodeID"] not in started]
-    for node in nodes:
+
+    async def start(node: str) -> None:  # the nodes' servers boot side by side, each node's set marked when up
         await asyncio.gather(*(_call(server.__ray_ready__.remote()) for server in _node_pool(config, node)))
         started.add(node)
+
+    await asyncio.gather(*(start(node) for node in nodes))
     return nodes
 
 

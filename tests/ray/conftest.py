@@ -20,6 +20,7 @@ import pytest
 import ray
 
 import think_actors as ta
+from think_actors import registry
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +53,9 @@ def _kill_the_modules_actors() -> Iterator[None]:
         try:
             ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
         except ValueError:  # gone meanwhile (hibernated, killed by the test)
-            pass
+            continue
+        if registry.lookup(namespace, name) is not None:
+            registry.mark_hibernated(namespace, name)  # what AgentHandle.kill(restart=False) leaves: not resident
 
 
 def _named_actors() -> set[tuple[str, str]]:

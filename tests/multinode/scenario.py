@@ -345,7 +345,10 @@ async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> N
         await run_check("parent_and_child", lambda: check_parent_and_child(nodes, state), results)
         await run_check("gateway", lambda: check_gateway(nodes, state), results)
 
-    await asyncio.gather(parent_then_gateway(), run_check("model_pools", lambda: check_model_pools(nodes), results, timeout_s=2 * CHECK_TIMEOUT_S))  # three server processes boot beside the other checks
+    await asyncio.gather(
+        parent_then_gateway(),
+        run_check("model_pools", lambda: check_model_pools(nodes), results, timeout_s=2 * CHECK_TIMEOUT_S),
+    )  # three server processes boot beside the other checks
     try:
         await run_check("node_loss", lambda: check_node_loss(nodes, state, store_url), results)  # takes w2 away
     finally:

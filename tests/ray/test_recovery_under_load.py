@@ -20,9 +20,9 @@ from ray_agents import DiesMidTurn, FailsToStartOnce, HeldAtStart, RecoveryWatch
 
 import think_actors as ta
 
-AGENTS = 4
-TURNS = 2  # per agent, each turn killed once: 8 restarts that must recover with nobody calling
-RECOVERY_S = 120.0  # per recovery at most: 4 restarts at once on 2 spinning cores
+AGENTS = 6
+TURNS = 2  # per agent, each turn killed once: 12 restarts that must recover with nobody calling
+RECOVERY_S = 120.0  # per recovery at most: 6 restarts at once on 2 spinning cores
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from helpers import MCP_TEST_SERVERS
 
 import think_actors as ta
 from think_actors.gateway import Gateway, LocalDirectory
@@ -21,7 +22,6 @@ from think_actors.gateway.directory import _mcp_state
 from think_actors.mcp import McpServerState
 from think_actors.testing import ScriptedModel
 
-SERVERS = Path(__file__).parent / "mcp_servers.py"
 WAIT_S = 90.0  # upper bounds only: a busy machine starts a server in tens of seconds
 
 
@@ -35,7 +35,7 @@ async def connect_frames(client: Any, path: str) -> list[dict[str, Any]]:
 
 async def test_a_socket_gets_the_agents_mcp_servers_ready_with_their_tools(tmp_path: Path) -> None:
     env = {"MCP_TEST_LOG": str(tmp_path / "calls.log"), "MCP_TEST_HOLD_S": "0"}
-    server = ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
+    server = ta.mcp.stdio(sys.executable, str(MCP_TEST_SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
 
     class WithMcp(ta.Think):
         mcp_servers = (server,)
@@ -128,7 +128,7 @@ def server_states(mcp: dict[str, Any]) -> dict[str, str]:
 
 async def test_every_socket_hears_when_a_server_connects_changes_its_tools_or_goes(tmp_path: Path) -> None:
     env = {"MCP_TEST_LOG": str(tmp_path / "calls.log"), "MCP_TEST_HOLD_S": "0"}
-    server = ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
+    server = ta.mcp.stdio(sys.executable, str(MCP_TEST_SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
     model = ScriptedModel([ta.testing.tool_call("t_grow", {"name": "fresh"}, id="g"), ta.testing.text("grown")])
 
     class Growing(ta.Think):
@@ -187,7 +187,7 @@ async def test_a_server_that_fails_after_the_socket_connected_is_sent_failed() -
 async def test_a_local_agent_has_its_servers_tools_in_its_first_turn(tmp_path: Path) -> None:
     """As an agent actor does before it starts, a directory's new in-process agent connects its servers first."""
     env = {"MCP_TEST_LOG": str(tmp_path / "calls.log"), "MCP_TEST_HOLD_S": "0"}
-    server = ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
+    server = ta.mcp.stdio(sys.executable, str(MCP_TEST_SERVERS), "stdio", name="t", env=env, connect_timeout_s=WAIT_S)
     model = ScriptedModel([ta.testing.tool_call("t_echo", {"text": "first"}, id="e"), ta.testing.text("done")])
 
     class Eager(ta.Think):

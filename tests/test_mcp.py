@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import McpHttpServer
+from helpers import MCP_TEST_SERVERS, McpHttpServer
 
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
-SERVERS = Path(__file__).parent / "mcp_servers.py"
 WAIT_S = 90.0  # upper bounds only: a busy machine (load 30 was seen) starts a server in tens of seconds
 
 
@@ -54,7 +53,9 @@ def server_log(tmp_path: Path) -> ServerLog:
 def stdio_server(log: ServerLog, *, hold_s: float = 0, **options: Any) -> ta.mcp.McpServerConfig:
     env = {"MCP_TEST_LOG": str(log.path), "MCP_TEST_HOLD_S": str(hold_s)}
     options.setdefault("connect_timeout_s", WAIT_S)
-    return ta.mcp.stdio(sys.executable, str(SERVERS), "stdio", name=options.pop("name", "t"), env=env, **options)
+    return ta.mcp.stdio(
+        sys.executable, str(MCP_TEST_SERVERS), "stdio", name=options.pop("name", "t"), env=env, **options
+    )
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import McpHttpServer
+from helpers import MCP_TEST_SERVERS, McpHttpServer
 
 import think_actors as ta
 from think_actors._turn.recovery import UNKNOWN_OUTCOME
@@ -28,7 +28,6 @@ from think_actors.testing import ScriptedModel, step, text, tool_call
 # Actors and server processes start slowly on a busy 2-core machine: a bound per test above the default 120 s.
 pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
 
-SERVERS = Path(__file__).parent.parent / "mcp_servers.py"
 WAIT_S = 90.0  # upper bounds only: a busy machine starts actors and servers slowly
 
 
@@ -51,7 +50,13 @@ class McpOnRay(ta.Think):
         }
         self.mcp_servers = [
             ta.mcp.stdio(
-                sys.executable, str(SERVERS), "stdio", name="t", env=env, shared=shared, connect_timeout_s=WAIT_S
+                sys.executable,
+                str(MCP_TEST_SERVERS),
+                "stdio",
+                name="t",
+                env=env,
+                shared=shared,
+                connect_timeout_s=WAIT_S,
             )
         ]
         super().__init__(name, **kwargs)
@@ -147,7 +152,7 @@ async def test_an_agent_actor_uses_the_servers_tools_through_its_hooks(unique: s
     assert found["a"]["structuredContent"] == {"total": 42, "terms": [40, 2]}  # the hook's input ran
     assert sorted(lines(tmp_path / "calls.log")) == ["add 40 2", "echo from ray"]
     assert len(lines(tmp_path / "starts.log")) == 1
-    state = await agent.add_mcp_server("late", command=sys.executable, args=[str(SERVERS), "stdio"])
+    state = await agent.add_mcp_server("late", command=sys.executable, args=[str(MCP_TEST_SERVERS), "stdio"])
     assert (state.state, state.tool_count) == ("ready", 12)
     assert set((await agent.get_mcp_servers()).keys()) == {"t", "late"}
     assert await agent.remove_mcp_server("late") is True

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import free_port
 
 import think_actors as ta
 from agents.team import Lead
@@ -36,13 +36,6 @@ PROJECT = "think-actors-e2e"
 START_S = (
     300  # Phoenix migrates its database and imports its whole stack before it listens (≈20 s idle, ≈100 s at load 30)
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _get(url: str) -> Any:
@@ -59,13 +52,13 @@ def phoenix() -> Iterator[str]:
             pytest.fail(message)
         pytest.skip(message)
     work = tempfile.mkdtemp(prefix="think-actors-phoenix-")
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PHOENIX_"))}
     env.update(
         PHOENIX_WORKING_DIR=work,
         PHOENIX_HOST="127.0.0.1",
         PHOENIX_PORT=str(port),
-        PHOENIX_GRPC_PORT=str(_free_port()),
+        PHOENIX_GRPC_PORT=str(free_port()),
         PHOENIX_TELEMETRY_ENABLED="false",
     )
     log = open(Path(work) / "phoenix.log", "wb")  # noqa: SIM115 - open for the server's whole life

@@ -19,6 +19,7 @@ import pytest
 
 from think_actors.errors import ConfigurationError, StoreError, StoreFencedError
 from think_actors.messages import TextPart, UIMessage, user_message
+from think_actors.schedule.sqlite import SQLiteScheduleStore
 from think_actors.store import (
     EffectRecord,
     MemoryStore,
@@ -782,6 +783,35 @@ async def test_sqlite_migrates_a_version_2_file_and_fences_from_then_on(tmp_path
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.mark.parametrize("kind", ["agent store", "schedule store"])
+def test_two_stores_opening_one_new_file_at_the_same_instant_both_open(tmp_path: Path, kind: str) -> None:
+    """Switching a new file to WAL returns "database is locked" at once, without SQLite's busy handler, while the
+    other opener holds a lock; on the code before ``use_wal`` about half of these pairs failed (CI, stop 26)."""
+
+    async def open_and_close(path: Path) -> None:
+        store = SQLiteStore(path) if kind == "agent store" else SQLiteScheduleStore(str(path))
+        try:
+            await (store.list_turns() if isinstance(store, SQLiteStore) else store.list_tasks("a"))
+        finally:
+            await store.close()
+
+    def open_at(path: Path, start: threading.Barrier) -> None:
+        start.wait()
+        asyncio.run(open_and_close(path))
+
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(100):
+            path, start = tmp_path / f"{i}.db", threading.Barrier(2)
+            for future in [pool.submit(open_at, path, start) for _ in range(2)]:
+                future.result()
+    # Both were opened in WAL mode.
+    conn = sqlite3.connect(tmp_path / "99.db")
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        conn.close()
 
 
 def test_sqlite_two_stores_racing_on_one_file_make_one_row_per_key(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ configuration attributes, never through ``Think``'s private names.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -384,7 +385,10 @@ class Engine:
 
     @staticmethod
     def leave_tool_sink(token: contextvars.Token[Any]) -> None:
-        _tool_sink.reset(token)
+        # An abandoned call's coroutine closed by the garbage collector runs this in whatever context is current then:
+        # the context that holds the sink went with the call, and the current one has nothing to undo.
+        with contextlib.suppress(ValueError):
+            _tool_sink.reset(token)
 
     def publish(self, event_type: str, payload: dict[str, Any]) -> None:
         self.observers.publish(event_type, payload)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import StoreError
+from ..store._sqlite_schema import use_wal
 from .tasks import ClassDeclaration, FireRecord, FireStatus, TaskRecord
 
 __all__ = ["SQLiteScheduleStore"]
@@ -231,7 +232,7 @@ class SQLiteScheduleStore:
                 conn = sqlite3.connect(
                     self.path, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
                 )
-                conn.execute("PRAGMA journal_mode = WAL")
+                use_wal(conn, self._busy_timeout_s)
                 conn.execute("PRAGMA synchronous = NORMAL")
                 for statement in _SCHEMA:
                     conn.execute(statement)

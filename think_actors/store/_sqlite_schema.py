@@ -6,6 +6,7 @@ Kept apart from ``sqlite.py`` so the store's module holds its operations and thi
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Sequence
 
 from ..errors import StoreError
@@ -143,6 +144,26 @@ UPSERT = APPEND_UNDER_LATEST + (
     " ON CONFLICT (id) DO UPDATE SET role = excluded.role, body = excluded.body, created_at = excluded.created_at,"
     " search_text = excluded.search_text"
 )
+
+
+def use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Put the file in WAL mode, waiting up to ``busy_timeout_s`` for another connection that holds a lock.
+
+    Switching the journal mode returns SQLITE_BUSY at once, without the busy handler, while another connection
+    holds a lock: two processes opening one new file race here (measured: about half of 2,000 paired opens).
+    A file already in WAL mode does not lock, so only the first opens of a new file ever wait.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.001
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:

@@ -60,6 +60,7 @@ from ._sqlite_schema import (
     UPSERT,
     migrate,
     placeholders,
+    use_wal,
 )
 from .protocol import LATEST, validate_agent_name
 from .records import EffectRecord, SubmissionRecord, TurnRecord
@@ -523,7 +524,7 @@ class SQLiteStore:
             # A new file gets 1 KiB pages (a file that exists keeps its own): a turn's writes are small rows, and
             # every commit copies each page it touched into the WAL, so smaller pages make each commit cheaper.
             conn.execute("PRAGMA page_size = 1024")
-            conn.execute("PRAGMA journal_mode = WAL")
+            use_wal(conn, self._busy_timeout_s)
             conn.execute("PRAGMA synchronous = NORMAL")
             migrate(conn, self._path)
             # fetchall: the statement must run to its end, or its write transaction stays open.

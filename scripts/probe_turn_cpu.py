@@ -3,7 +3,8 @@
 N actors (default 10) answer turns back to back for ``--seconds``; the CPU the actors' processes and the driver
 spent is divided by the turns. Variants: ``bare`` (a bare async actor of the same call shape as bench_scale's
 (b): 200 ms, then the 20 chunks in one item), ``agents`` (the default agent), ``no-metrics`` (an agent class with
-``metrics = False``), ``held`` (``ta.init(first_chunk_at_once=False)``). Run the variants alternately, twice or
+``metrics = False``), ``held`` (``ta.init(first_chunk_at_once=False)``), ``memory`` (the default agent with a ``MemoryStore``: no
+SQLite write at all), ``held-memory`` (both). Run the variants alternately, twice or
 more: the machine's load moves between runs, and a variant is only compared with its neighbours.
 
 Usage: python scripts/probe_turn_cpu.py [--agents 10] [--seconds 20] bare agents no-metrics held bare agents ...
@@ -28,7 +29,7 @@ from scale_agents import BareTurn, Worker
 
 import think_actors as ta
 
-VARIANTS = ("bare", "agents", "no-metrics", "held")
+VARIANTS = ("bare", "agents", "no-metrics", "held", "memory", "held-memory")
 
 
 class QuietWorker(Worker):
@@ -47,7 +48,7 @@ async def agent_turn(handle: Any, message: str) -> None:
 
 
 async def probe(variant: str, agents: int, seconds: float) -> str:
-    ta.init(data_dir=tempfile.mkdtemp(), warm_workers=0, first_chunk_at_once=variant != "held")
+    ta.init(data_dir=tempfile.mkdtemp(), warm_workers=0, first_chunk_at_once=not variant.startswith("held"))
     try:
         if variant == "bare":
             targets: list[Any] = [BareTurn.remote() for _ in range(agents)]  # type: ignore[attr-defined]
@@ -55,7 +56,8 @@ async def probe(variant: str, agents: int, seconds: float) -> str:
             turn = bare_turn
         else:
             agent_class = QuietWorker if variant == "no-metrics" else Worker
-            targets = [await ta.spawn(agent_class, f"probe-{i}") for i in range(agents)]
+            options: dict[str, Any] = {"store": ta.MemoryStore()} if variant.endswith("memory") else {}
+            targets = [await ta.spawn(agent_class, f"probe-{i}", **options) for i in range(agents)]
             pids = [(await t.info())["pid"] for t in targets]
             turn = agent_turn
         for target in targets:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import think_actors as ta
-from think_actors.batching import _batches, _is_last, _pack, _unpack
+from think_actors.batching import _batches, _is_last, _pack, _unpack, pack_call, unpack_call
 from think_actors.chunks import (
     AgentToolEventChunk,
     DataChunk,
@@ -131,6 +131,23 @@ async def test_chunks_cross_as_one_bytes_object_and_come_back_equal() -> None:
     # As validated construction from the fields would leave them (what the caller got before batches were bytes).
     assert [c.model_fields_set for c in restored[:6]] == [set(type(c).model_fields) for c in chunks[:6]]
     assert type(restored[4].chunk) is ta.TextDeltaChunk
+
+
+def test_a_calls_arguments_cross_as_one_bytes_object_and_come_back_equal() -> None:
+    """An agent call's arguments go to Ray as one bytes object (``pack_call``): a message, its options, the caller
+    chain and a trace context, UIMessages and chunks among them, come back equal and of their own types."""
+    message = ta.UIMessage(id="u1", role="user", parts=[ta.TextPart(text="hi")])
+    options = {"client_tools": [{"name": "pick", "parameters": {"type": "object"}}], "body": {"k": [1, 2]}, "x": None}
+    args = (message, options, ("lead", "lead/team-1"), {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    packed = pack_call(*args)
+    assert type(packed) is bytes
+    restored = unpack_call(packed)
+    assert restored == args and type(restored[0]) is ta.UIMessage
+    assert unpack_call(pack_call(ta.TextDeltaChunk(id="t", delta="d"), None)) == (
+        ta.TextDeltaChunk(id="t", delta="d"),
+        None,
+    )
+    assert unpack_call(pack_call()) == ()
 
 
 async def test_model_events_cross_compactly_and_come_back_equal() -> None:

@@ -121,6 +121,24 @@ def _unpack(data: bytes) -> list[Any]:
     return [builders[index](payload) for index, payload in pickle.loads(memoryview(data)[1:])]
 
 
+def pack_call(*args: Any) -> bytes:
+    """A streamed call's arguments as one ``bytes`` argument (``unpack_call`` gives them back).
+
+    Ray serializes each argument of a call on its own, ≈0.1 ms of the caller's CPU apiece for the small dicts and
+    tuples of an agent's call; one bytes object it passes through untouched. Pickled as a batch is, so whatever
+    Ray could carry still crosses.
+    """
+    out = io.BytesIO()
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(args)
+    return out.getvalue()
+
+
+def unpack_call(data: bytes) -> tuple[Any, ...]:
+    """The arguments ``pack_call`` packed."""
+    args: tuple[Any, ...] = pickle.loads(data)
+    return args
+
+
 def _is_last(data: bytes) -> bool:
     """Whether the remote stream ended with this batch (nothing but Ray's end-of-stream message follows)."""
     return data[:1] == _LAST

@@ -18,6 +18,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from .. import registry, tracing
 from .._turn import chain
 from ..agent import Think
+from ..batching import pack_call
 from ..errors import (
     AgentUnavailableError,
     ConfigurationError,
@@ -162,7 +163,9 @@ class AgentHandle:
         trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
 
         def start() -> Any:
-            return self._actor.chat.options(num_returns="streaming").remote(message, options, caller_chain, trace)
+            return self._actor.chat.options(num_returns="streaming").remote(
+                pack_call(message, options, caller_chain, trace)
+            )
 
         return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
 
@@ -173,7 +176,9 @@ class AgentHandle:
         trace = tracing.carrier()
 
         def start() -> Any:
-            return self._actor.attach.options(num_returns="streaming").remote(request_id, position, caller_chain, trace)
+            return self._actor.attach.options(num_returns="streaming").remote(
+                pack_call(request_id, position, caller_chain, trace)
+            )
 
         resumable = position is not None  # only a stream that knows its position can say how to resume it
         return RemoteStream(
@@ -186,7 +191,7 @@ class AgentHandle:
 
         def start() -> Any:
             return self._actor.run_as_tool.options(num_returns="streaming").remote(
-                run_id, input, output, caller_chain, trace
+                pack_call(run_id, input, output, caller_chain, trace)
             )
 
         return RemoteStream(self._started(start), run_id, handle=self, restart=start)

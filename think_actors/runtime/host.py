@@ -21,7 +21,7 @@ from .. import metrics, registry, tracing
 from .._turn import chain
 from .._warm import top_up_in_background
 from ..agent import Think
-from ..batching import _batches
+from ..batching import _batches, unpack_call
 from ..errors import (
     AgentCycleError,
     AgentHibernatedError,
@@ -263,9 +263,9 @@ class AgentHost:
         }
 
     @_counted
-    async def chat(
-        self, message: Any, options: dict[str, Any], caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
-    ) -> AsyncIterator[bytes]:
+    async def chat(self, call: bytes) -> AsyncIterator[bytes]:
+        """A turn: ``call`` is ``pack_call(message, options, caller_chain, trace)`` (one argument costs Ray less)."""
+        message, options, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
         await self.agent.load_messages()
         stream = self.agent.chat(message, **options)
@@ -276,17 +276,17 @@ class AgentHost:
             yield batch
 
     @_counted
-    async def run_as_tool(
-        self, run_id: str, input: Any, output: Any, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
-    ) -> AsyncIterator[bytes]:
+    async def run_as_tool(self, call: bytes) -> AsyncIterator[bytes]:
+        """``call`` is ``pack_call(run_id, input, output, caller_chain, trace)``."""
+        run_id, input, output, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
         async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
             yield batch
 
     @_counted
-    async def attach(
-        self, request_id: str, position: int | None, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
-    ) -> AsyncIterator[bytes]:
+    async def attach(self, call: bytes) -> AsyncIterator[bytes]:
+        """``call`` is ``pack_call(request_id, position, caller_chain, trace)``."""
+        request_id, position, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
         durable = self.agent._engine.durable
         async for batch in _batches(self.agent.attach(request_id, position=position), self.config):

@@ -10,7 +10,7 @@ import pytest
 from ray_agents import EntryAgent, ObservedAgent, OrderedLead, Survivor
 
 import think_actors as ta
-from think_actors.batching import _unpack
+from think_actors.batching import _unpack, pack_call
 from think_actors.runtime import _spawn_path
 from think_actors.store import agent_path
 from think_actors.testing import ScriptedModel, error, text, tool_call
@@ -113,7 +113,9 @@ async def test_a_long_turn_crosses_whole_and_the_actor_call_still_ends_on_its_ow
 
 async def _items_of_a_turn(handle: Any, message: str) -> list[list[str]]:
     """A turn of the agent actor as Ray stream items: the chunk types each item carried."""
-    call = handle._actor.chat.options(num_returns="streaming").remote(message, {"request_id": None}, (), None)
+    call = handle._actor.chat.options(num_returns="streaming").remote(
+        pack_call(message, {"request_id": None}, (), None)
+    )
     return [[chunk.type for chunk in _unpack(await ref)] async for ref in call]
 
 

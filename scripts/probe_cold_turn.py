@@ -25,10 +25,10 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import think_actors as ta  # noqa: E402
-from think_actors.batching import _batches  # noqa: E402
-from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage  # noqa: E402
-from think_actors.runtime import RuntimeConfig  # noqa: E402
+import think_actors as ta
+from think_actors.batching import _batches
+from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
+from think_actors.runtime import RuntimeConfig
 
 CONFIG = RuntimeConfig()
 

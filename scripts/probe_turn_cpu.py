@@ -3,9 +3,9 @@
 N actors (default 10) answer turns back to back for ``--seconds``; the CPU the actors' processes and the driver
 spent is divided by the turns. Variants: ``bare`` (a bare async actor of the same call shape as bench_scale's
 (b): 200 ms, then the 20 chunks in one item), ``agents`` (the default agent), ``no-metrics`` (an agent class with
-``metrics = False``), ``held`` (``ta.init(first_chunk_at_once=False)``), ``memory`` (the default agent with a ``MemoryStore``: no
-SQLite write at all), ``held-memory`` (both). Run the variants alternately, twice or
-more: the machine's load moves between runs, and a variant is only compared with its neighbours.
+``metrics = False``), ``held`` (``ta.init(first_chunk_at_once=False)``), ``memory`` (the default agent with a
+``MemoryStore``: no SQLite write at all), ``held-memory`` (both). Run the variants alternately, twice or more: the
+machine's load moves between runs, and a variant is only compared with its neighbours.
 
 Usage: python scripts/probe_turn_cpu.py [--agents 10] [--seconds 20] bare agents no-metrics held bare agents ...
 """

@@ -109,9 +109,14 @@ def _pack(batch: list[Any], *, last: bool = False) -> bytes:
         else (_OTHER, item)
         for item in batch
     ]
+    return _dumps(items, _LAST if last else _MORE)
+
+
+def _dumps(obj: Any, head: bytes = b"") -> bytes:
+    """``head``, then ``obj`` pickled by ``_Pickler``."""
     out = io.BytesIO()
-    out.write(_LAST if last else _MORE)
-    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(items)
+    out.write(head)
+    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return out.getvalue()
 
 
@@ -128,9 +133,7 @@ def pack_call(*args: Any) -> bytes:
     tuples of an agent's call; one bytes object it passes through untouched. Pickled as a batch is, so whatever
     Ray could carry still crosses.
     """
-    out = io.BytesIO()
-    _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(args)
-    return out.getvalue()
+    return _dumps(args)
 
 
 def unpack_call(data: bytes) -> tuple[Any, ...]:

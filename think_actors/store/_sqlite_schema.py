@@ -147,14 +147,14 @@ UPSERT = APPEND_UNDER_LATEST + (
 
 
 def use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
-    """Put the file in WAL mode, waiting up to ``busy_timeout_s`` for another connection that holds a lock.
+    """Put the file in WAL mode, waiting (as every other statement of the store does) for another opener's lock.
 
     Switching the journal mode returns SQLITE_BUSY at once, without the busy handler, while another connection
-    holds a lock: two processes opening one new file race here (measured: about half of 2,000 paired opens).
-    A file already in WAL mode does not lock, so only the first opens of a new file ever wait.
+    switches it: two processes opening one new file race here (measured: about half of 2,000 paired opens).
+    ``BEGIN IMMEDIATE`` waits for that lock through the busy handler (``busy_timeout``), then the switch is tried
+    again; a file already in WAL mode takes no lock, so only the first opens of a new file ever wait.
     """
     deadline = time.monotonic() + busy_timeout_s
-    pause = 0.001
     while True:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
@@ -162,8 +162,8 @@ def use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
         except sqlite3.OperationalError as exc:
             if getattr(exc, "sqlite_errorcode", 0) & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
                 raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        conn.execute("BEGIN IMMEDIATE")  # waits in SQLite's busy handler until the other opener's lock is gone
+        conn.execute("ROLLBACK")
 
 
 def migrate(conn: sqlite3.Connection, path: str) -> None:

@@ -16,7 +16,7 @@ import think_actors as ta
 from think_actors.errors import StoreError
 from think_actors.messages import TextPart, UIMessage, user_message
 from think_actors.store import EffectRecord, PostgresStore, SubmissionRecord, TurnRecord, _schema
-from think_actors.store._codec import submission_row
+from think_actors.store._codec import TURN_COLUMNS, submission_row
 from think_actors.store.postgres import SCHEMA_VERSION, close_pools
 
 
@@ -45,6 +45,14 @@ def submission(sid: str, key: str | None = None, text: str = "hi") -> Submission
     )
 
 
+def turn(request_id: str) -> TurnRecord:
+    return TurnRecord(request_id=request_id, trigger="chat", status="running", started_at=1, updated_at=1)
+
+
+def assistant_message(text: str, *, id: str) -> UIMessage:
+    return UIMessage(id=id, role="assistant", parts=(TextPart(text=text),), created_at=2.0)
+
+
 async def tables(conn: Any) -> list[str]:
     rows = await conn.fetch(
         "SELECT tablename FROM pg_tables WHERE schemaname = 'think_actors' ORDER BY tablename", timeout=10
@@ -70,13 +78,17 @@ async def test_first_use_creates_the_schema_in_an_empty_database(postgres_url: s
         "submissions",
         "turns",
     ]
-    # 2: message search (test_session_search_postgres.py); 3: the submitter's traceparent of a submission.
-    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 3
+    # 2: message search (test_session_search_postgres.py); 3: the submitter's traceparent of a submission;
+    # 4: a turn's two transactions as functions, one round trip each.
+    assert SCHEMA_VERSION == len(_schema.MIGRATIONS) == 4
     assert [tuple(r) for r in await conn.fetch("SELECT version FROM think_actors.schema_version")] == [
         (1,),
         (2,),
         (3,),
+        (4,),
     ]
+    functions = "SELECT proname FROM pg_proc WHERE pronamespace = 'think_actors'::regnamespace ORDER BY proname"
+    assert [r[0] for r in await conn.fetch(functions)] == ["begin_turn", "end_turn"]
     assert [tuple(r) for r in await conn.fetch("SELECT path, generation FROM think_actors.agents")] == [("lead/a", 1)]
 
 
@@ -113,7 +125,33 @@ async def test_migration_3_keeps_the_submissions_a_version_2_database_holds(
     stored, created = await store.insert_submission(dataclasses.replace(submission("s2"), traceparent=traced))
     assert (stored.traceparent, created) == (traced, True)
     assert [(r.submission_id, r.traceparent) for r in await store.list_submissions()] == [("s1", None), ("s2", traced)]
-    assert await conn.fetchval("SELECT max(version) FROM think_actors.schema_version") == 3
+    assert await conn.fetchval("SELECT max(version) FROM think_actors.schema_version") == SCHEMA_VERSION
+
+
+async def test_migration_4_lets_a_turn_begun_on_a_version_3_database_end(
+    postgres_url: str, conn: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A version-3 store began a turn (record and user message, written statement by statement) and its process
+    # stopped; the upgraded store ends that turn and begins the next through migration 4's functions.
+    with monkeypatch.context() as patch:
+        patch.setattr(_schema, "MIGRATIONS", _schema.MIGRATIONS[:3])
+        patch.setattr(_schema, "SCHEMA_VERSION", 3)
+        old = PostgresStore(postgres_url, "lead/a")
+        assert await conn.fetchval("SELECT to_regproc('think_actors.begin_turn')") is None
+        await old.put_turn(turn("r1"))
+        await old.append_message(user_message("hi", id="u1"))
+        await old.close()
+        await close_pools()  # the old process ends; the upgraded one opens its own pool, which migrates
+    store = PostgresStore(postgres_url, "lead/a")
+    assert [t.request_id for t in await store.list_turns()] == ["r1"]
+    await store.end_turn("r1", assistant_message("hello", id="a1"))
+    assert await store.begin_turn(turn("r2"), [user_message("again", id="u2"), user_message("hi", id="u1")]) == [
+        True,
+        False,
+    ]
+    assert [m.id for m in await store.load_messages()] == ["u1", "a1", "u2"]
+    assert [t.request_id for t in await store.list_turns()] == ["r2"]
+    assert await conn.fetchval("SELECT max(version) FROM think_actors.schema_version") == 4
 
 
 async def test_processes_starting_together_migrate_once(
@@ -309,3 +347,25 @@ class socket_closed_port:
 
     def __exit__(self, *exc: object) -> None:
         self._socket.close()
+
+
+async def test_the_turn_functions_take_the_turn_columns_in_the_codecs_order(postgres_url: str, conn: Any) -> None:
+    # begin_turn passes turn_row's values by position: a column added to the codec needs the function changed too.
+    await PostgresStore(postgres_url, "lead/a").load_messages()
+    names = await conn.fetchval(
+        "SELECT proargnames FROM pg_proc WHERE proname = 'begin_turn' AND pronamespace = 'think_actors'::regnamespace"
+    )
+    turn_columns = [f"p_{column}" for column in TURN_COLUMNS]
+    assert names == [
+        "p_agent",
+        "p_generation",
+        *turn_columns,
+        "p_ids",
+        "p_roles",
+        "p_bodies",
+        "p_created",
+        "p_search",
+    ] + [
+        "lease_owner",
+        "appended",
+    ]

@@ -129,6 +129,11 @@ APPEND_CHUNKS = fenced(
     f"w AS (INSERT INTO {_S}.chunks (agent, request_id, body) SELECT $1, $3, $4 FROM lease "
     "WHERE lease.generation = $2 RETURNING 1)"
 )
+# A turn's two transactions, each one round trip: migration 4's functions (their arguments: the agent, the
+# generation, then the turn's columns in TURN_COLUMNS' order and the messages as arrays; or the request id and the
+# reply, NULLs for none).
+BEGIN_TURN = f"SELECT lease_owner, appended FROM {_S}.begin_turn({params(1, 2 + len(TURN_COLUMNS) + 5)})"
+END_TURN = f"SELECT lease_owner FROM {_S}.end_turn({params(1, 8)})"
 LOAD_CHUNKS = f"SELECT body FROM {_S}.chunks WHERE agent = $1 AND request_id = $2 ORDER BY seq"
 EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM {_S}.effects"
 # The effect writes, as CTEs: alone, or with a batch of the request's chunk log in the same statement.

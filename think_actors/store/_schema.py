@@ -48,6 +48,78 @@ async def _backfill_search_text(conn: Any) -> None:
         last = (rows[-1][0], rows[-1][1])
 
 
+# Migration 4's functions. A PL/pgSQL function runs each statement with a fresh snapshot (read committed), as the
+# store's own statements did one by one, so a message appended under the tree lock sees the newest leaf. They
+# take the agent's lease row FOR UPDATE (the tree lock), write only while it holds ``p_generation``, and return the
+# generation they found: the caller raises ``StoreFencedError`` when it is not its own (nothing was written then).
+_BEGIN_TURN = f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.begin_turn(
+    p_agent text, p_generation bigint,
+    p_request_id text, p_trigger text, p_status text, p_started_at double precision, p_updated_at double precision,
+    p_continuation integer, p_input_ids bytea, p_message_id text, p_attempts bigint, p_progress bigint,
+    p_submission_id text, p_data bytea,
+    p_ids text[], p_roles text[], p_bodies bytea[], p_created double precision[], p_search text[],
+    OUT lease_owner bigint, OUT appended boolean[]
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    latest text;
+BEGIN
+    appended := '{{}}';
+    SELECT a.generation INTO lease_owner FROM {SCHEMA}.agents AS a WHERE a.path = p_agent FOR UPDATE;
+    IF lease_owner IS DISTINCT FROM p_generation THEN
+        RETURN;
+    END IF;
+    INSERT INTO {SCHEMA}.turns AS t (agent, request_id, "trigger", status, started_at, updated_at, continuation,
+                                     input_ids, message_id, attempts, progress, submission_id, data)
+    VALUES (p_agent, p_request_id, p_trigger, p_status, p_started_at, p_updated_at, p_continuation, p_input_ids,
+            p_message_id, p_attempts, p_progress, p_submission_id, p_data)
+    ON CONFLICT (agent, request_id) DO UPDATE SET
+        "trigger" = excluded."trigger", status = excluded.status, started_at = excluded.started_at,
+        updated_at = excluded.updated_at, continuation = excluded.continuation, input_ids = excluded.input_ids,
+        message_id = excluded.message_id, attempts = excluded.attempts, progress = excluded.progress,
+        submission_id = excluded.submission_id, data = excluded.data;
+    SELECT m.id INTO latest FROM {SCHEMA}.messages AS m WHERE m.agent = p_agent ORDER BY m.seq DESC LIMIT 1;
+    FOR i IN 1 .. coalesce(array_length(p_ids, 1), 0) LOOP
+        IF EXISTS (SELECT 1 FROM {SCHEMA}.messages AS m WHERE m.agent = p_agent AND m.id = p_ids[i]) THEN
+            appended := appended || false;
+        ELSE
+            INSERT INTO {SCHEMA}.messages (agent, id, parent_id, role, body, created_at, search_text)
+            VALUES (p_agent, p_ids[i], latest, p_roles[i], p_bodies[i], p_created[i], p_search[i]);
+            latest := p_ids[i];
+            appended := appended || true;
+        END IF;
+    END LOOP;
+END
+$fn$"""
+_END_TURN = f"""
+CREATE OR REPLACE FUNCTION {SCHEMA}.end_turn(
+    p_agent text, p_generation bigint, p_request_id text,
+    p_id text, p_role text, p_body bytea, p_created double precision, p_search text,
+    OUT lease_owner bigint
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+    latest text;
+BEGIN
+    SELECT a.generation INTO lease_owner FROM {SCHEMA}.agents AS a WHERE a.path = p_agent FOR UPDATE;
+    IF lease_owner IS DISTINCT FROM p_generation THEN
+        RETURN;
+    END IF;
+    IF p_id IS NOT NULL THEN
+        UPDATE {SCHEMA}.messages AS m SET role = p_role, body = p_body, created_at = p_created, search_text = p_search
+        WHERE m.agent = p_agent AND m.id = p_id;
+        IF NOT FOUND THEN
+            SELECT m.id INTO latest FROM {SCHEMA}.messages AS m WHERE m.agent = p_agent ORDER BY m.seq DESC LIMIT 1;
+            INSERT INTO {SCHEMA}.messages (agent, id, parent_id, role, body, created_at, search_text)
+            VALUES (p_agent, p_id, latest, p_role, p_body, p_created, p_search);
+        END IF;
+    END IF;
+    DELETE FROM {SCHEMA}.turns AS t WHERE t.agent = p_agent AND t.request_id = p_request_id;
+    DELETE FROM {SCHEMA}.chunks AS c WHERE c.agent = p_agent AND c.request_id = p_request_id;
+    DELETE FROM {SCHEMA}.effects AS e WHERE e.agent = p_agent AND e.request_id = p_request_id;
+END
+$fn$"""
+
+
 Step = str | Callable[[Any], Awaitable[None]]
 """A migration's step: a statement, or a coroutine function given the migrating connection."""
 
@@ -150,6 +222,9 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     ),
     # 3: the trace context of the span that submitted a submission (think_actors.tracing), NULL in older rows.
     (f"ALTER TABLE {SCHEMA}.submissions ADD COLUMN traceparent text",),
+    # 4: a turn's two transactions as one round trip each (``begin_turn``, ``end_turn``): the statements the store
+    # used to send one by one (BEGIN, the tree lock, the writes, COMMIT: 6-7 round trips each) run in the server.
+    (_BEGIN_TURN, _END_TURN),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 """The newest schema this think_actors knows; a database at a higher version was migrated by a newer one."""

@@ -46,12 +46,14 @@ from ._codec import (
 from ._lease import fenced_error
 from ._postgres_sql import (
     APPEND_CHUNKS,
+    BEGIN_TURN,
     CLAIM,
     CLEAR_MESSAGES,
     CLEAR_TURN_STATE,
     DELETE_KV,
     DELETE_TURN,
     EFFECT_SELECT,
+    END_TURN,
     EXISTS,
     FINISH_EFFECT,
     FINISH_EFFECT_LOGGED,
@@ -336,28 +338,33 @@ class PostgresStore:
         await self._write("delete turn", DELETE_TURN, request_id)
 
     async def begin_turn(self, record: TurnRecord, messages: Sequence[UIMessage] = ()) -> list[bool]:
-        """Put the turn record and append ``messages`` under the latest leaf, in one transaction.
+        """Put the turn record and append ``messages`` under the latest leaf, in one transaction (one round trip:
+        the schema's ``begin_turn`` function).
 
         Returns whether each message was appended (False: its id existed)."""
-        bodies = [encode_message(m) for m in messages]
-        async with self._tree("begin turn") as conn:
-            row = await conn.fetchrow(PUT_TURN, self._agent, self._generation, *turn_row(record).values())
-            self._check(row["generation"])
-            return [await self._insert(conn, m, body, LATEST) for m, body in zip(messages, bodies, strict=True)]
+        columns = [
+            [m.id for m in messages],
+            [m.role for m in messages],
+            [encode_message(m) for m in messages],
+            [m.created_at for m in messages],
+            [search_text(m) for m in messages],
+        ]
+        async with self._connection("begin turn") as conn:
+            row = await conn.fetchrow(BEGIN_TURN, self._agent, self._generation, *turn_row(record).values(), *columns)
+        self._check(row["lease_owner"])
+        appended: list[bool] = row["appended"]
+        return appended
 
     async def end_turn(self, request_id: str, reply: UIMessage | None = None) -> None:
         """Upsert ``reply`` (when given) and remove the turn record, its chunk log and its effects, in one
-        transaction (``upsert_message`` then ``delete_turn``, committed once)."""
-        body = None if reply is None else encode_message(reply)
-        async with self._tree("end turn") as conn:
-            if reply is not None and body is not None:
-                status = await conn.execute(
-                    UPDATE_MESSAGE_LOCKED, self._agent, reply.id, reply.role, body, reply.created_at, search_text(reply)
-                )
-                if status == "UPDATE 0":
-                    await self._insert(conn, reply, body, LATEST)
-            row = await conn.fetchrow(DELETE_TURN, self._agent, self._generation, request_id)
-            self._check(row["generation"])
+        transaction (``upsert_message`` then ``delete_turn``, committed once; one round trip: the schema's
+        ``end_turn`` function)."""
+        message: tuple[Any, ...] = (None,) * 5
+        if reply is not None:
+            message = (reply.id, reply.role, encode_message(reply), reply.created_at, search_text(reply))
+        async with self._connection("end turn") as conn:
+            owner = await conn.fetchval(END_TURN, self._agent, self._generation, request_id, *message)
+        self._check(owner)
 
     async def append_chunks(self, request_id: str, chunks: Sequence[dict[str, Any]]) -> None:
         """Append wire-form chunks to the request's chunk log, in order (one row for the batch)."""

@@ -356,16 +356,5 @@ async def test_the_turn_functions_take_the_turn_columns_in_the_codecs_order(post
         "SELECT proargnames FROM pg_proc WHERE proname = 'begin_turn' AND pronamespace = 'think_actors'::regnamespace"
     )
     turn_columns = [f"p_{column}" for column in TURN_COLUMNS]
-    assert names == [
-        "p_agent",
-        "p_generation",
-        *turn_columns,
-        "p_ids",
-        "p_roles",
-        "p_bodies",
-        "p_created",
-        "p_search",
-    ] + [
-        "lease_owner",
-        "appended",
-    ]
+    arrays = ["p_ids", "p_roles", "p_bodies", "p_created", "p_search"]
+    assert names == ["p_agent", "p_generation", *turn_columns, *arrays, "lease_owner", "appended"]

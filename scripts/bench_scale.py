@@ -24,13 +24,17 @@
     (the nodes share this machine's cores, so more nodes cannot mean more throughput), and CPU per turn, side by
     side with the bare actors. The cluster and the PostgreSQL server are shut down at the end, whatever happens.
 
+``--shared`` adds, to (b), as many agents again of a class with ``hosting = "shared"`` (the cluster's shared host
+actors hold them, many to a process: ``think_actors/runtime/shared.py``), and to (c), ``--addressable`` more such
+agents provisioned and ``--wakes`` of them woken at ``--pace``, then ``--wakes`` more in a burst (one per 20 ms).
+
 The last lines are the issue's rows side by side with their targets, and the machine's 1-minute load average
 (over 2 on this 2-core machine: other work shared it, and the absolute figures are slower than a quiet run's).
 ``--profile`` runs (b)'s agents under cProfile (their event loop's thread) and prints where their time went; its
 figures are the profiler's, not the benchmark's.
 
 Usage: python scripts/bench_scale.py [--start 16] [--agents 100,200] [--turns 5] [--addressable 10000]
-       [--wakes 40] [--wake-ab] [--skip a,b,c] [--profile]
+       [--wakes 40] [--wake-ab] [--skip a,b,c] [--profile] [--held] [--shared]
        python scripts/bench_scale.py --cluster [--agents 100] [--turns 5]
 """
 
@@ -59,7 +63,16 @@ if "--cluster" in sys.argv:
 
 import psutil  # noqa: E402
 from bench_agents import BareActor  # noqa: E402
-from scale_agents import PROFILE_ENV, PROFILE_TURNS_ENV, BareTurn, Napper, ProfiledWorker, Worker  # noqa: E402
+from scale_agents import (  # noqa: E402
+    PROFILE_ENV,
+    PROFILE_TURNS_ENV,
+    BareTurn,
+    Napper,
+    ProfiledWorker,
+    SharedNapper,
+    SharedWorker,
+    Worker,
+)
 
 import think_actors as ta  # noqa: E402
 from think_actors.runtime import _require_config, _spawn_path  # noqa: E402
@@ -211,12 +224,16 @@ def uss_mib(pids: list[int]) -> float:
     return statistics.median(psutil.Process(pid).memory_full_info().uss / 2**20 for pid in pids)
 
 
-async def bench_throughput(sizes: list[int], turns: int, profile: bool, held: bool = False) -> list[dict[str, Any]]:
+async def bench_throughput(
+    sizes: list[int], turns: int, profile: bool, held: bool = False, shared: bool = False
+) -> list[dict[str, Any]]:
     """For each N of ``sizes``, the same turns through N bare actors and N agents. The largest N of each is
     started once and the smaller N run on a subset; the bare actors are gone before the agents start, so the
     node holds one population at a time (200 processes are ≈11 GiB). ``held``: then as many agents again whose
     actors hold a turn's opening chunks for its first content (``ta.init(first_chunk_at_once=False)``), keys
-    ``held_*``."""
+    ``held_*``. ``shared``: then as many agents again of a class with ``hosting = "shared"`` (many agents to each of
+    the cluster's shared host processes), keys ``shared_*``; their USS per agent is their hosts' divided by the
+    agents they hold."""
     most = max(sizes)
     bare = await start_in_waves(lambda i: _started_bare(), most)
     bare_pids = [await a.pid.remote() for a in bare]
@@ -250,6 +267,21 @@ async def bench_throughput(sizes: list[int], turns: int, profile: bool, held: bo
                     for k, v in (await converse_all(handles[:n], agent_turn, turns, agent_pids[:n])).items()
                 }
             )
+        for handle in handles:
+            await handle.kill(restart=False)
+    if shared:
+        await asyncio.sleep(2)
+        handles = await start_in_waves(lambda i: ta.spawn(SharedWorker, f"shared-{i}"), most)
+        infos = [await h.info() for h in handles]
+        host_pids = sorted({info["pid"] for info in infos})
+        for n, row in zip(sizes, rows, strict=True):
+            pids = sorted({info["pid"] for info in infos[:n]})
+            measured = await converse_all(handles[:n], agent_turn, turns, pids)
+            row.update({f"shared_{k}": v for k, v in measured.items()})
+        rows[-1]["shared_hosts"] = len(host_pids)
+        rows[-1]["shared_uss_mib"] = sum(psutil.Process(pid).memory_full_info().uss / 2**20 for pid in host_pids) / len(
+            handles
+        )
         for handle in handles:
             await handle.kill(restart=False)
     return rows
@@ -425,9 +457,9 @@ def print_profile(directory: str, top: int = 30) -> None:
     stats.print_callers(r"method 'execute' of 'sqlite3")
 
 
-def provision(addressable: int) -> tuple[list[Any], float]:
+def provision(addressable: int, agent_class: type[ta.Think] = Napper) -> tuple[list[Any], float]:
     began = time.perf_counter()
-    handles = [ta.provision(Napper, f"scale-{i}") for i in range(addressable)]
+    handles = [ta.provision(agent_class, f"scale-{i}") for i in range(addressable)]
     return handles, time.perf_counter() - began
 
 
@@ -484,6 +516,9 @@ async def main() -> None:
     parser.add_argument("--skip", default="", help="parts to leave out, e.g. a,c")
     parser.add_argument("--profile", action="store_true", help="profile (b)'s agents (cProfile; slows them)")
     parser.add_argument("--held", action="store_true", help="(b) also with ta.init(first_chunk_at_once=False)")
+    parser.add_argument(
+        "--shared", action="store_true", help='(b) and (c) also with agents of a class with hosting = "shared"'
+    )
     parser.add_argument("--cluster", action="store_true", help="only (d): (b) on a 3-node cluster, PostgreSQL store")
     args = parser.parse_args()
     skip = set(args.skip.split(",")) - {""}
@@ -519,7 +554,7 @@ async def main() -> None:
                     )
                 )
             if "b" not in skip:
-                for row in await bench_throughput(sizes, args.turns, args.profile, args.held):
+                for row in await bench_throughput(sizes, args.turns, args.profile, args.held, args.shared):
                     n, rate, p99 = row["n"], row["turns_per_s"] / row["bare_turns_per_s"], row["p99"] / row["bare_p99"]
                     print(
                         f"(b) {n:.0f} x {args.turns} turns at once, 200 ms per step: bare actors "
@@ -575,6 +610,34 @@ async def main() -> None:
                                 f"<= 1.3x: {verdict(held_p99 / row['bare_p99'] <= 1.3)}",
                             )
                         )
+                    if "shared_turns_per_s" in row:
+                        sh_rate, sh_p99 = row["shared_turns_per_s"], row["shared_p99"]
+                        sh_cpu = row["shared_cpu_ms_actors"] + row["shared_cpu_ms_driver"] + row["shared_cpu_ms_ray"]
+                        print(
+                            f'(b) {n:.0f} x {args.turns}, agents with hosting = "shared": {sh_rate:.1f} turns/s, '
+                            f"p50 {row['shared_p50'] * 1e3:.0f} ms, p99 {sh_p99 * 1e3:.0f} ms, CPU/turn hosts "
+                            f"{row['shared_cpu_ms_actors']:.1f} + driver {row['shared_cpu_ms_driver']:.1f} + "
+                            f"raylet/GCS {row['shared_cpu_ms_ray']:.1f} ms [load {load()}]",
+                            flush=True,
+                        )
+                        ratio = sh_rate / row["bare_turns_per_s"]
+                        summary.append(
+                            (
+                                f'(b) N = {n:.0f}, hosting = "shared": turns/s, p99, CPU per turn vs bare',
+                                f"{sh_rate:.1f} turns/s, {ratio:.2f}x; p99 {sh_p99 / row['bare_p99']:.2f}x; "
+                                f"CPU {sh_cpu / bare_cpu:.2f}x",
+                                f">= 0.9x: {verdict(ratio >= 0.9)}, "
+                                f"<= 1.3x: {verdict(sh_p99 / row['bare_p99'] <= 1.3)}",
+                            )
+                        )
+                    if "shared_uss_mib" in row:
+                        summary.append(
+                            (
+                                '(b) hosting = "shared": USS per resident agent (its hosts\' USS / agents held)',
+                                f"{row['shared_uss_mib']:.1f} MiB ({row['shared_hosts']} host processes)",
+                                "(reported)",
+                            )
+                        )
                     if "uss_mib" in row:
                         extra = row["uss_mib"] - row["bare_uss_mib"]
                         summary.append(
@@ -608,6 +671,26 @@ async def main() -> None:
                     summary.append(
                         (
                             name,
+                            f"p50 {sc['p50'] * 1e3:.0f} ms, p99 {sc['p99'] * 1e3:.0f} ms",
+                            f"p50 <= 300: {verdict(sc['p50'] <= 0.3)}, p99 <= 600: {verdict(sc['p99'] <= 0.6)}",
+                        )
+                    )
+            if "c" not in skip and args.shared:
+                # Shared agents: a wake loads the agent into a running host; one at the pace above, then a burst.
+                handles, provision_s = provision(args.addressable, SharedNapper)
+                picked = random.sample(handles, args.wakes * 2)
+                for label, pace in ((f"one per {args.pace:.1f} s", args.pace), ("a burst, one per 20 ms", 0.02)):
+                    sc = await bench_wakes(picked[: args.wakes], pace)
+                    picked = picked[args.wakes :]
+                    print(
+                        f'(c) hosting = "shared", {args.addressable} more provisioned in {provision_s:.1f} s, '
+                        f"{args.wakes} woken, {label}: wake to first chunk p50 {sc['p50'] * 1e3:.0f} ms, "
+                        f"p99 {sc['p99'] * 1e3:.0f} ms [load {load()}]",
+                        flush=True,
+                    )
+                    summary.append(
+                        (
+                            f'(c) hosting = "shared": wake to first chunk, {args.wakes} woken, {label}',
                             f"p50 {sc['p50'] * 1e3:.0f} ms, p99 {sc['p99'] * 1e3:.0f} ms",
                             f"p50 <= 300: {verdict(sc['p50'] <= 0.3)}, p99 <= 600: {verdict(sc['p99'] <= 0.6)}",
                         )

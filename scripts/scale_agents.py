@@ -36,6 +36,12 @@ class Worker(ta.Think):
     model = PacedModel()
 
 
+class SharedWorker(Worker):
+    """The throughput benchmark's agent hosted many to a process (``hosting = "shared"``)."""
+
+    hosting = "shared"
+
+
 class ProfiledWorker(Worker):
     """A ``Worker`` that profiles its event loop's thread (cProfile) over its first ``$BENCH_SCALE_PROFILE_TURNS``
     turns, from the first ``before_turn`` to the last ``on_chat_response``, and writes the stats to
@@ -63,6 +69,12 @@ class Napper(ta.Think):
 
     model = PacedModel()
     idle_timeout_s = 2.0
+
+
+class SharedNapper(Napper):
+    """``Napper`` hosted many to a process: its wake loads it into a running shared host."""
+
+    hosting = "shared"
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)

@@ -117,6 +117,11 @@ class Think(LifecycleHooks, DurableEntryPoints):
             provisioned or spawned on Ray and when it starts (``LocalScheduler.attach`` in process).
         default_timezone: The zone of wall-clock schedules that name none (Think's ``getDefaultTimezone()``);
             None means UTC.
+        hosting: On Ray, ``"actor"`` (the default): each agent is an actor, a process of its own. ``"shared"``:
+            the agents of the class live in the cluster's shared host actors, many to a process
+            (``ta.init(shared_hosts=N)``): turns cost a node far less CPU and memory and a wake starts no process,
+            but an agent that crashes its process takes the other agents of its host down with it (they restart
+            and recover as one actor does).
     """
 
     model: str | ModelClient | None = None
@@ -136,6 +141,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
     include_mcp_tools: bool = True
     schedules: Sequence[ScheduledTask] = ()
     default_timezone: str | None = None
+    hosting: str = "actor"
 
     def __init__(
         self,

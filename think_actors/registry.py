@@ -39,6 +39,7 @@ class AgentRecord:
     node_id: str
     resident: bool
     since: float
+    host: str = ""  # the shared host that holds it (a class with ``hosting = "shared"``), "" for its own actor
 
 
 def _key(namespace: str, path: str) -> bytes:
@@ -47,12 +48,21 @@ def _key(namespace: str, path: str) -> bytes:
 
 def _decode(path: str, raw: bytes) -> tuple[AgentRecord, bytes]:
     value = msgpack.unpackb(raw)
-    record = AgentRecord(path, value["class"], value["node"], value["resident"], value["since"])
+    record = AgentRecord(path, value["class"], value["node"], value["resident"], value["since"], value.get("host", ""))
     return record, value["args"]
 
 
-def _put(namespace: str, path: str, agent_class: str, node_id: str, resident: bool, args: bytes) -> None:
-    value = {"class": agent_class, "node": node_id, "resident": resident, "since": time.time(), "args": args}
+def _put(
+    namespace: str, path: str, agent_class: str, node_id: str, resident: bool, args: bytes, host: str = ""
+) -> None:
+    value = {
+        "class": agent_class,
+        "node": node_id,
+        "resident": resident,
+        "since": time.time(),
+        "args": args,
+        "host": host,
+    }
     internal_kv._internal_kv_put(_key(namespace, path), msgpack.packb(value), namespace=_KV_NAMESPACE)
 
 
@@ -63,11 +73,19 @@ def _spawn(agent_class: type[Any], name: str, options: dict[str, Any]) -> tuple[
 
 
 def record_resident(
-    namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any], node_id: str
+    namespace: str,
+    path: str,
+    agent_class: type[Any],
+    name: str,
+    options: dict[str, Any],
+    node_id: str,
+    *,
+    host: str = "",
 ) -> None:
-    """The agent's actor is up on ``node_id``; remember how to start it again."""
+    """The agent's actor (or the shared ``host`` that holds it) is up on ``node_id``; remember how to start it
+    again."""
     class_name, args = _spawn(agent_class, name, options)
-    _put(namespace, path, class_name, node_id, True, args)
+    _put(namespace, path, class_name, node_id, True, args, host)
 
 
 def record_provisioned(namespace: str, path: str, agent_class: type[Any], name: str, options: dict[str, Any]) -> bool:
@@ -89,7 +107,7 @@ def mark_hibernated(namespace: str, path: str) -> None:
     found = _get(namespace, path)
     if found is not None:
         record, args = found
-        _put(namespace, path, record.agent_class, record.node_id, False, args)
+        _put(namespace, path, record.agent_class, record.node_id, False, args, record.host)
 
 
 def lookup(namespace: str, path: str) -> AgentRecord | None:

@@ -851,3 +851,45 @@ class SkillKeeper(SkillSleeper):
     """``SkillSleeper`` that stays resident (a test that kills it on purpose)."""
 
     idle_timeout_s = None
+
+
+# ------------------------------------------------------------------ shared hosting (many agents to a process)
+
+
+class _PacedEcho:
+    """``EchoModel`` after half a second: holds no state, so the agents of one shared host can share it."""
+
+    model_id = "paced-echo"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        await asyncio.sleep(0.5)
+        async for event in EchoModel().stream(request):
+            yield event
+
+
+class SharedEcho(ta.Think):
+    """Lives in the cluster's shared hosts, many agents to a process."""
+
+    hosting = "shared"
+    model = EchoModel()
+
+
+class SharedPaced(SharedEcho):
+    model = _PacedEcho()
+
+
+class SharedSleepy(SharedEcho):
+    """Hibernates after half a second without work: its host lets it go and stays up."""
+
+    idle_timeout_s = 0.5
+
+
+class SharedDiesMidTurn(DiesMidTurn):
+    """``DiesMidTurn`` in a shared host: its crash is its host's, and every agent of the host restarts with it."""
+
+    hosting = "shared"
+
+
+class BadlyHosted(ta.Think):
+    model = EchoModel()
+    hosting = "process"

@@ -89,6 +89,12 @@ class Noted(ta.Think):
         await self.add_messages(f"jotted {ctx.task_id}")
 
 
+class SharedNoted(Noted):
+    """``Noted`` hosted many to a process: its due prompt goes to its shared host, never to a runner."""
+
+    hosting = "shared"
+
+
 class SlowNoted(Noted):
     model = SlowEcho(3.0)
 
@@ -178,6 +184,42 @@ async def test_a_hibernated_agents_due_prompt_runs_on_a_runner_with_its_hooks(sc
     texts, submissions = await stored(agent.path)
     assert texts == ["before the nap", "echo: before the nap", "wake up", "echo: wake up"]
     assert [status for _, status in submissions] == ["completed"]
+
+
+async def test_a_hibernated_shared_agents_due_prompt_runs_in_its_host_not_on_a_runner(
+    scheduler: Any, unique: str
+) -> None:
+    agent = await ta.spawn(SharedNoted, unique)
+    await agent.save_messages("before the nap")
+    host_pid = (await agent.info())["pid"]
+    await schedules_of(agent).schedule(3.0, "wake up", task_id="alarm")
+    recorder = ray.get_actor(RECORDER, namespace="think_actors")
+
+    async def hibernated() -> bool:
+        record = registry.lookup("think_actors", agent.path)
+        return record is not None and not record.resident
+
+    await until(hibernated, timeout_s=30, what="the agent to hibernate")
+
+    async def answered() -> bool:
+        return "submission:completed" in [w for w, _ in await recorder.of.remote(agent.path)]
+
+    await until(answered, timeout_s=90, what="the scheduled prompt to run")
+    events = await recorder.of.remote(agent.path)
+    assert [w for w, _ in events if w.startswith("submission")] == [
+        "submission:pending",
+        "submission:running",
+        "submission:completed",
+    ]
+    assert {pid for _, pid in events} == {host_pid}  # loaded again into its host, which never stopped
+    assert host_pid not in await runner_pids()
+    assert [m.text for m in await agent.get_messages()] == [
+        "before the nap",
+        "echo: before the nap",
+        "wake up",
+        "echo: wake up",
+    ]
+    await agent.kill(restart=False)
 
 
 async def test_fifty_agents_prompts_due_at_once_all_run_exactly_once(scheduler: Any, unique: str) -> None:

@@ -6,12 +6,14 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
-from ray_agents import Survivor
+from ray_agents import SharedEcho, Survivor
 from test_think_wire import LATE, LOCATE, WIRE, normalised, play
 
 import think_actors as ta
+from think_actors.agent import kebab_case
 from think_actors.gateway import Gateway, RayDirectory
 from think_actors.testing import ScriptedModel, text
 
@@ -22,11 +24,14 @@ class Locator(ta.Think):
     model = ScriptedModel([LOCATE, LATE + text("You are in Paris.")])
 
 
-async def test_a_websocket_chat_reaches_the_agent_actor(ray_runtime: Any, unique: str) -> None:
-    client = TestClient(TestServer(Gateway(RayDirectory([Survivor])).app()))
+@pytest.mark.parametrize("agent_class", [Survivor, SharedEcho])  # an actor of its own; many to a shared host
+async def test_a_websocket_chat_reaches_the_agent_actor(
+    ray_runtime: Any, unique: str, agent_class: type[ta.Think]
+) -> None:
+    client = TestClient(TestServer(Gateway(RayDirectory([agent_class])).app()))
     await client.start_server()
     try:
-        ws = await client.ws_connect(f"/agents/survivor/{unique}")
+        ws = await client.ws_connect(f"/agents/{kebab_case(agent_class.__name__)}/{unique}")
         assert await greeting(ws) == {"type": "cf_agent_chat_messages", "messages": [], "connect": True}
         body = {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "over ray"}]}]}
         frame = {"type": "cf_agent_use_chat_request", "id": "r1", "init": {"method": "POST", "body": json.dumps(body)}}

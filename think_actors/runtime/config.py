@@ -41,6 +41,7 @@ class RuntimeConfig:
     fast_model_path: bool = True
     warm_workers: int = 1  # idle worker processes each node keeps ready for the next agent to start (_warm)
     tracing: TracingConfig | None = None  # None: no spans (think_actors.tracing)
+    shared_hosts: int = 1  # the actors that host the agents of classes with hosting = "shared" (shared.py)
 
 
 _config: RuntimeConfig | None = None
@@ -61,6 +62,7 @@ def init(
     warm_workers: int = 1,
     tracing: bool | TracingConfig | None = None,
     first_chunk_at_once: bool = True,
+    shared_hosts: int = 0,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -91,6 +93,9 @@ def init(
     caller sees the turn begin before the model answers (the default). False: the opening chunks wait for the
     turn's first content and cross with it, one Ray stream item fewer per turn (less CPU on a busy node, the
     README's performance section measures it), for callers that wait for the text anyway (batch and scheduled work).
+    ``shared_hosts``: how many actors host the agents of classes with ``hosting = "shared"``, many agents to a
+    process, spread over the nodes (default 0: one per CPU the cluster has now). An agent's host is fixed by its
+    path and this count: drivers that join a cluster grown since should pass the first one's count.
     Calling it again returns the same config.
     """
     global _config
@@ -137,6 +142,8 @@ def init(
         fast_model_path=_fast_path_setting(fast_model_path),
         warm_workers=warm_workers,
         first_chunk_at_once=first_chunk_at_once,
+        # Fixed here: an agent's host is its path's hash over this count, the same in every process of the job.
+        shared_hosts=shared_hosts or max(1, int(ray.cluster_resources().get("CPU", 1))),  # type: ignore[no-untyped-call]
         tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
     )
     return _config

@@ -7,6 +7,7 @@ actors (its children, actor tools, task tools) through ``_ActorRuntime``, which 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,7 @@ from .calls import _call, _hibernated, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
 from .placement import _actor_options
+from .shared import shared_host
 from .stream import RemoteStream
 
 log = logging.getLogger("think_actors")
@@ -51,6 +53,18 @@ async def _spawn_path(
     if not (isinstance(agent_class, type) and issubclass(agent_class, Think)):
         raise ConfigurationError(f"spawn needs a Think subclass, got {agent_class!r}")
     options = hosted_options(options, config)
+    if agent_class.hosting == "shared":
+        shared = shared_host(config, path, _ActorRuntime)
+        try:
+            await shared.ready.remote(path, (agent_class, name, options))
+        except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+            raise _unwrap(err) from None
+        return AgentHandle(shared, path, agent_class.__name__, shared=True)
+    if agent_class.hosting != "actor":
+        raise ConfigurationError(
+            f"{agent_class.__name__}.hosting is {agent_class.hosting!r}: use 'actor' (a process per agent) or "
+            "'shared' (many agents to a process)"
+        )
     host: Any = AgentHost
     for wait_s in (*_NAME_RELEASE_WAITS_S, None):
         actor = host.options(**_actor_options(config, path, node_id)).remote(
@@ -78,22 +92,26 @@ _WAKE_ATTEMPTS = 4
 
 
 class AgentHandle:
-    """A handle to an agent actor, with the engine's entry points. Picklable: pass it to other actors."""
+    """A handle to an agent actor, with the engine's entry points. Picklable: pass it to other actors.
 
-    def __init__(self, actor: Any, path: str, class_name: str):
+    ``shared``: the actor is the agent's shared host (``shared.py``), and every call names the agent first."""
+
+    def __init__(self, actor: Any, path: str, class_name: str, *, shared: bool = False):
         self._actor = actor
         self.path = path
         self.class_name = class_name
+        self.shared = shared
+        self._route: tuple[str, ...] = (path,) if shared else ()
 
     def __repr__(self) -> str:
         return f"AgentHandle({self.class_name}, {self.path!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (AgentHandle, (self._actor, self.path, self.class_name))
+        return (functools.partial(AgentHandle, shared=self.shared), (self._actor, self.path, self.class_name))
 
     async def _invoke(self, method: str, *args: Any) -> Any:
         """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
-        return await self._resend(lambda: getattr(self._actor, method).remote(*args))
+        return await self._resend(lambda: getattr(self._actor, method).remote(*self._route, *args))
 
     async def _resend(self, send: Callable[[], Awaitable[Any]]) -> Any:
         """Await ``send()`` against the agent's actor, started first if it never ran; when the call found the agent
@@ -128,7 +146,7 @@ class AgentHandle:
             except AgentUnavailableError:
                 await asyncio.sleep(0.1)
                 continue
-            self._actor = fresh._actor
+            self._actor, self.shared, self._route = fresh._actor, fresh.shared, fresh._route
             return
         raise AgentUnavailableError(f"agent {self.path!r} could not be woken", agent=self.path, retryable=True)
 
@@ -164,7 +182,7 @@ class AgentHandle:
 
         def start() -> Any:
             return self._actor.chat.options(num_returns="streaming").remote(
-                pack_call(message, options, caller_chain, trace)
+                *self._route, pack_call(message, options, caller_chain, trace)
             )
 
         return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
@@ -177,7 +195,7 @@ class AgentHandle:
 
         def start() -> Any:
             return self._actor.attach.options(num_returns="streaming").remote(
-                pack_call(request_id, position, caller_chain, trace)
+                *self._route, pack_call(request_id, position, caller_chain, trace)
             )
 
         resumable = position is not None  # only a stream that knows its position can say how to resume it
@@ -191,7 +209,7 @@ class AgentHandle:
 
         def start() -> Any:
             return self._actor.run_as_tool.options(num_returns="streaming").remote(
-                pack_call(run_id, input, output, caller_chain, trace)
+                *self._route, pack_call(run_id, input, output, caller_chain, trace)
             )
 
         return RemoteStream(self._started(start), run_id, handle=self, restart=start)
@@ -337,7 +355,7 @@ class AgentHandle:
         """
 
         async def subscribe() -> Any:
-            generator = self._actor.events.options(num_returns="streaming").remote(channel)
+            generator = self._actor.events.options(num_returns="streaming").remote(*self._route, channel)
             await (await generator.__anext__())  # the actor subscribed (or refused the channel)
             return generator
 
@@ -352,8 +370,12 @@ class AgentHandle:
 
     async def kill(self, *, restart: bool = True) -> None:
         """Kill the actor (with ``restart=True`` Ray brings it back and it reloads its history; without, the agent
-        stays addressable, not resident: the next call starts it again)."""
+        stays addressable, not resident: the next call starts it again). A shared agent: ``restart=True`` kills its
+        host's process (every agent of the host restarts); ``restart=False`` lets this agent go from its host."""
         if self._actor is None:
+            return
+        if self.shared and not restart:
+            await _call(self._actor.unload.remote(self.path))
             return
         ray.kill(self._actor, no_restart=not restart)
         if not restart:

@@ -1,7 +1,9 @@
-"""``AgentHost``: the async actor that hosts one agent, counts its calls, refuses call cycles and hibernates it.
+"""``HostedAgent``: one agent as an actor process hosts it (counts its calls, refuses call cycles, hibernates it),
+and ``AgentHost``, the async actor that hosts one agent in a process of its own (the default).
 
-It is handed the class of the runtime its agent uses to reach other actors (``handles._ActorRuntime``), so this
-module does not import the handles that start it.
+``shared.SharedHost`` hosts many ``HostedAgent`` in one process instead (a class with ``hosting = "shared"``).
+Both are handed the class of the runtime the agent uses to reach other actors (``handles._ActorRuntime``), so
+this module does not import the handles that start it.
 """
 
 from __future__ import annotations
@@ -88,13 +90,13 @@ def _check_cycle(path: str, callers: tuple[str, ...]) -> None:
 
 
 def _counted(method: Any) -> Any:
-    """An AgentHost method that counts as work while it runs (a stream, for as long as it streams): an agent with
+    """A HostedAgent method that counts as work while it runs (a stream, for as long as it streams): an agent with
     a call in progress never hibernates, and a call that arrives while it hibernates is refused, never half-run.
-    It runs once the actor's own start of the agent has ended (see ``AgentHost.__init__``)."""
+    It runs once the host's own start of the agent has ended (see ``HostedAgent.__init__``)."""
     if inspect.isasyncgenfunction(method):
 
         @functools.wraps(method)
-        async def stream(self: AgentHost, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async def stream(self: HostedAgent, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
             self._begin_call()
             try:
                 await self._started()
@@ -106,7 +108,7 @@ def _counted(method: Any) -> Any:
         return stream
 
     @functools.wraps(method)
-    async def call(self: AgentHost, *args: Any, **kwargs: Any) -> Any:
+    async def call(self: HostedAgent, *args: Any, **kwargs: Any) -> Any:
         self._begin_call()
         try:
             await self._started()
@@ -162,9 +164,10 @@ async def load_agent(agent: Think) -> bool:
     return True
 
 
-@ray.remote
-class AgentHost:
-    """Hosts one Think agent in an async actor."""
+class HostedAgent:
+    """One Think agent as an actor's process hosts it: its calls (counted, so it never hibernates mid-call), its
+    start, its idle watch and its hibernation. ``on_hibernated`` runs once it has hibernated (its actor exits, or
+    its shared host lets it go); ``host`` names a shared host in its registry record ("" for its own actor)."""
 
     def __init__(
         self,
@@ -174,20 +177,23 @@ class AgentHost:
         options: dict[str, Any],
         config: RuntimeConfig,
         runtime_class: Callable[[Think, RuntimeConfig], Any],
+        *,
+        on_hibernated: Callable[[], None],
+        host: str = "",
     ):
-        _process_setup(config)
-        set_process_agent(path)  # this process hosts one agent: its records name it outside turns too
         self.config = config
         self.agent = build_agent(agent_class, name, path, options, config, runtime_class)
         self.path = path
         self._calls = 0
         self._last_work = time.monotonic()
         self._hibernating = False
+        self._on_hibernated = on_hibernated
+        self._own_process = not host
         self._watch: asyncio.Future[None] | None = None
         own: Any = getattr(agent_class, "idle_timeout_s", None)
         self.idle_timeout_s: float | None = own if own is not None else config.idle_timeout_s
         node_id = ray.get_runtime_context().get_node_id()
-        registry.record_resident(config.namespace, path, agent_class, name, options, node_id)
+        registry.record_resident(config.namespace, path, agent_class, name, options, node_id, host=host)
         # Start the agent as soon as the actor is up, not at the first call: after a crash and restart, what it
         # had accepted (pending submissions, interrupted turns) must go on without anyone asking. A task on the
         # actor's own event loop (Ray 2.60 runs an async actor's constructor on it), never a call to itself: Ray
@@ -203,8 +209,9 @@ class AgentHost:
             log.exception("agent %r: its class's schedules could not be registered", self.path)
         if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
             self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
-        # This agent may have taken the node's warm worker: start its successor, now that the start is over.
-        top_up_in_background(self.config.warm_workers)
+        if self._own_process:
+            # This agent may have taken the node's warm worker: start its successor, now that the start is over.
+            top_up_in_background(self.config.warm_workers)
 
     async def _started(self) -> None:
         """Wait for the actor's own start of the agent, so no call overtakes the recovery that start schedules."""
@@ -243,7 +250,7 @@ class AgentHost:
         log.info("agent %s hibernates after %.1f s without work", self.path, self.idle_timeout_s or 0)
         metrics.flush()  # its last turns' metric points, which wait up to a second for the next ones
         await asyncio.to_thread(tracing.flush, 5.0)  # the spans of its last turns leave with it, not after
-        ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+        self._on_hibernated()
 
     def _enter(self, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None) -> None:
         """Refuse a call that would wait for this agent's own turn; else carry the chain on to our callees, and
@@ -351,3 +358,25 @@ class AgentHost:
                 yield batch
         finally:
             unsubscribe()
+
+
+def _exit_actor() -> None:
+    ray.get_runtime_context().current_actor.__ray_terminate__.remote()
+
+
+@ray.remote
+class AgentHost(HostedAgent):
+    """Hosts one Think agent in an async actor: a process of its own."""
+
+    def __init__(
+        self,
+        agent_class: type[Think],
+        name: str,
+        path: str,
+        options: dict[str, Any],
+        config: RuntimeConfig,
+        runtime_class: Callable[[Think, RuntimeConfig], Any],
+    ):
+        _process_setup(config)
+        set_process_agent(path)  # this process hosts one agent: its records name it outside turns too
+        super().__init__(agent_class, name, path, options, config, runtime_class, on_hibernated=_exit_actor)

@@ -32,6 +32,7 @@ from .config import RuntimeConfig, _require_config
 from .handles import AgentHandle
 from .host import _process_setup
 from .runner import RunnerPool
+from .shared import hosted_shared
 
 __all__ = ["SCHEDULER_NAME", "SchedulerActor", "schedules_of", "start_scheduler"]
 
@@ -68,8 +69,8 @@ class SchedulerActor:
             actor = ray.get_actor(fire.agent_path, namespace=self.config.namespace)
         except ValueError:
             actor = None  # hibernated or never started: a runner runs it, or the handle's first call wakes it
-        if actor is None and self.runners is not None:
-            await self.runners.run(fire)
+        if actor is None and self.runners is not None and not hosted_shared(self.config.namespace, fire.agent_path):
+            await self.runners.run(fire)  # a shared agent's host holds it cheaply: its handle's call loads it there
             return
         await deliver_to(AgentHandle(actor, fire.agent_path, fire.task.agent_class), fire)
 

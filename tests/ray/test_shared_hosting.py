@@ -6,6 +6,7 @@ handle, ``get`` and a pickled handle reach them."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from ray_agents import BadlyHosted, RecoveryWatch, SharedDiesMidTurn, SharedEcho
 
 import think_actors as ta
 from think_actors import registry
-from think_actors.runtime import _require_config
+from think_actors.runtime import _require_config, handles
 from think_actors.runtime.shared import shared_host_name
 from think_actors.store import agent_path
 
@@ -186,3 +187,31 @@ async def test_a_pickled_handle_and_get_reach_a_shared_agent(unique: str) -> Non
 async def test_an_unknown_hosting_says_which_there_are(unique: str) -> None:
     with pytest.raises(ta.ConfigurationError, match=r"'actor' .* or 'shared'"):
         await ta.spawn(BadlyHosted, unique)
+
+
+async def test_provisioning_a_shared_agent_starts_its_host_before_its_first_call(unique: str) -> None:
+    name = shared_host_name(_require_config(), agent_path("shared-echo", unique))
+    with contextlib.suppress(ValueError):  # no host of that name runs, and this process has not started one
+        ray.kill(ray.get_actor(name, namespace="think_actors"), no_restart=True)
+    for _ in range(200):
+        try:
+            ray.get_actor(name, namespace="think_actors")
+        except ValueError:
+            break
+        await asyncio.sleep(0.05)
+    handles._hosts_started.clear()
+
+    handle = ta.provision(SharedEcho, unique)
+
+    host = None
+    for _ in range(200):  # its host starts in the background; no call has been made
+        try:
+            host = ray.get_actor(name, namespace="think_actors")
+            break
+        except ValueError:
+            await asyncio.sleep(0.05)
+    assert host is not None
+    assert handle.path not in await host.resident.remote()
+    assert [c.delta for c in await handle.chat("first").collect() if c.type == "text-delta"] == ["echo: first"]
+    assert handle.path in await host.resident.remote()
+    await handle.kill(restart=False)

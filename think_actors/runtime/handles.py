@@ -36,7 +36,7 @@ from .calls import _call, _hibernated, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
 from .placement import _actor_options
-from .shared import shared_host
+from .shared import shared_host, shared_host_name
 from .stream import RemoteStream
 
 log = logging.getLogger("think_actors")
@@ -81,6 +81,18 @@ async def _spawn_path(
             raise _unwrap(err) from None
         return AgentHandle(actor, path, agent_class.__name__)
     raise AssertionError("unreachable")
+
+
+_hosts_started: set[tuple[str, str]] = set()
+
+
+def start_shared_host(config: RuntimeConfig, path: str) -> None:
+    """Have the shared host of the agent at ``path`` start now, in the background (once per host and process), so
+    the agent's first call does not wait for a process to boot: ``provision`` of a shared class calls it."""
+    key = (config.namespace, shared_host_name(config, path))
+    if key not in _hosts_started:
+        _hosts_started.add(key)
+        shared_host(config, path, _ActorRuntime)
 
 
 # How long a spawn waits, each time, for a hibernating actor to let go of its name (about 6 s in all: an actor's

@@ -18,7 +18,7 @@ from ..errors import (
 from ..store import agent_path
 from .class_schedules import declare_class, register_agent
 from .config import _require_config
-from .handles import AgentHandle, _spawn_path
+from .handles import AgentHandle, _spawn_path, start_shared_host
 
 log = logging.getLogger("think_actors")
 
@@ -75,6 +75,8 @@ def provision(agent_class: type[Think], name: str, **options: Any) -> AgentHandl
     # The class's schedules first: a provisioned agent may never start to register them itself (class_schedules).
     register_agent(agent_class, path, options, config)
     registry.record_provisioned(config.namespace, path, agent_class, name, options)
+    if agent_class.hosting == "shared":
+        start_shared_host(config, path)  # its first call then loads it into a running process
     return AgentHandle(None, path, agent_class.__name__)
 
 

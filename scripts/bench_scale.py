@@ -27,7 +27,7 @@
 ``--shared`` adds, to (b), as many agents again of a class with ``hosting = "shared"`` (the cluster's shared host
 actors hold them, many to a process: ``think_actors/runtime/shared.py``), and to (c), ``--addressable`` more such
 agents provisioned and ``--wakes`` of them woken at ``--pace``, then ``--wakes`` more in a burst (one per 20 ms),
-beside a burst of as many wakes of (c)'s own agents, an actor each.
+beside a burst of as many wakes of (c)'s own agents, an actor each; with ``--cluster``, (d) runs them too.
 
 The last lines are the issue's rows side by side with their targets, and the machine's 1-minute load average
 (over 2 on this 2-core machine: other work shared it, and the absolute figures are slower than a quiet run's).
@@ -333,10 +333,11 @@ async def _spread_bare() -> Any:
     return actor
 
 
-async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dict[str, Any]]:
+async def bench_cluster(sizes: list[int], turns: int, data_dir: str, shared: bool = False) -> list[dict[str, Any]]:
     """(d): (b) on a head and two worker nodes on this machine (``ray.cluster_utils.Cluster``), the agents' stores
     in a throwaway PostgreSQL server; bare actors spread over the nodes as the agents are (SPREAD), then the
-    agents. Each row also names every actor's node (``bare_nodes``, ``nodes``)."""
+    agents. Each row also names every actor's node (``bare_nodes``, ``nodes``). ``shared``: then as many agents of
+    a class with ``hosting = "shared"`` (keys ``shared_*``; ``shared_nodes`` the node of each agent's host)."""
     from postgres_server import _SETTINGS, PostgresServer
     from ray.cluster_utils import Cluster
 
@@ -376,6 +377,18 @@ async def bench_cluster(sizes: list[int], turns: int, data_dir: str) -> list[dic
             rows.append({**{f"bare_{k}": v for k, v in row_bare.items()}, **row})
         for handle in handles:
             await handle.kill(restart=False)
+        if shared:
+            await asyncio.sleep(2)
+            handles = await start_in_waves(lambda i: ta.spawn(SharedWorker, f"cl-{i}"), most)
+            infos = [await h.info() for h in handles]
+            system = cluster_system_pids(cluster, server)
+            for n, row in zip(sizes, rows, strict=True):
+                pids = sorted({info["pid"] for info in infos[:n]})
+                measured = await converse_all(handles[:n], agent_turn, turns, pids, system)
+                row.update({f"shared_{k}": v for k, v in measured.items()})
+                row["shared_nodes"] = [labels.get(info["node_id"], "?") for info in infos[:n]]
+            for handle in handles:
+                await handle.kill(restart=False)
         return rows
     finally:
         from think_actors.store.postgres import close_pools
@@ -441,6 +454,20 @@ def cluster_summary(row: dict[str, Any], turns: int) -> list[tuple[str, str, str
         "CPU per turn (actors + driver + raylets/GCS; PostgreSQL beside it)": f"{cpu:.1f} vs {bare_cpu:.1f} ms, "
         f"{cpu / bare_cpu:.2f}x; PostgreSQL {pg} ms",
     }
+    if "shared_turns_per_s" in row:
+        print(
+            f'    agents with hosting = "shared": {row["shared_turns_per_s"]:.1f} turns/s, p50 '
+            f"{row['shared_p50'] * 1e3:.0f} ms, p99 {row['shared_p99'] * 1e3:.0f} ms; CPU per turn "
+            f"{cpu_line(row, 'shared_')}; by node (of its host): "
+            f"{by_node(row['shared_nodes'], row['shared_by_target'], row['shared_turns_per_s'])}",
+            flush=True,
+        )
+        shared_cpu = row["shared_cpu_ms_actors"] + row["shared_cpu_ms_driver"] + row["shared_cpu_ms_ray"]
+        measured['hosting = "shared": turns/s, per core, p99, CPU per turn vs bare actors'] = (
+            f"{row['shared_turns_per_s']:.1f} turns/s, {row['shared_turns_per_s'] / row['bare_turns_per_s']:.2f}x; "
+            f"{row['shared_turns_per_s'] / cores:.1f} per core; p99 {row['shared_p99'] / row['bare_p99']:.2f}x; "
+            f"CPU {shared_cpu / bare_cpu:.2f}x; PostgreSQL {row['shared_cpu_ms_postgres']:.1f} ms"
+        )
     return [(f"(d) 3-node cluster, N = {n}: {what}", figure, "(reported)") for what, figure in measured.items()]
 
 
@@ -528,7 +555,7 @@ async def main() -> None:
     print(f"1-minute load average at the start: {load()} ({os.cpu_count()} cores)", flush=True)
     if args.cluster:
         with tempfile.TemporaryDirectory() as data_dir:
-            for row in await bench_cluster(sizes, args.turns, data_dir):
+            for row in await bench_cluster(sizes, args.turns, data_dir, args.shared):
                 summary += cluster_summary(row, args.turns)
         print_summary(summary)
         return

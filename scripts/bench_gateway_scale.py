@@ -21,8 +21,12 @@ A 2-core machine starts agent processes at 1.5-2/s (scripts/README-perf-notes.md
 over 1,000 agents most turns wait for a wake and the rate is the wake rate's; the idle timeout sets how many stay
 resident (the wake rate times the timeout, at ~55 MiB and a few % of a core each).
 
+``--shared``: the agents are of a class with ``hosting = "shared"``, held many to a process by the node's shared
+hosts: a wake loads an agent into a running host, the resident count is the registry's, and an agent's memory is its
+hosts' USS over the agents they hold.
+
 Usage: python scripts/bench_gateway_scale.py [--agents 1000] [--duration 60] [--clients 8] [--idle-timeout 20]
-       [--warm 1] [--handle-checks 3]
+       [--warm 1] [--handle-checks 3] [--resident 0] [--shared]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import psutil
 import ray
-from scale_agents import Roamer
+from scale_agents import Roamer, SharedRoamer
 
 import think_actors as ta
 from think_actors import registry
@@ -57,7 +61,9 @@ from think_actors.runtime import _require_config
 from think_actors.store._codec import decode_message
 
 EXPECTED = "abcd" * 20
+AGENT: type[ta.Think] = Roamer  # --shared: SharedRoamer
 SLUG = "roamer"
+HOST_TITLE = "ray::AgentHost"  # the processes that hold resident agents (--shared: their shared hosts)
 TURN_TIMEOUT_S = 300.0
 REOPENS = 3  # a socket refused at its opening is opened again this many times
 
@@ -182,9 +188,19 @@ def memory_sample() -> dict[str, float]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
         total += uss
-        if title(process).startswith("ray::AgentHost"):
+        if title(process).startswith(HOST_TITLE):
             agents.append(uss)
+    if AGENT.hosting == "shared":  # a host's USS over the agents it holds
+        held = ta.list_agents().resident
+        return {"total": total, "agents": held, "per_agent": sum(agents) / held if held else 0.0}
     return {"total": total, "agents": len(agents), "per_agent": statistics.median(agents) if agents else 0.0}
+
+
+def resident_now() -> int:
+    """Agents resident now: their processes, or (``--shared``) the registry's count."""
+    if AGENT.hosting == "shared":
+        return ta.list_agents().resident
+    return sum(title(p).startswith(HOST_TITLE) for p in workers())
 
 
 def timed(work: Any) -> tuple[Any, float]:
@@ -198,9 +214,7 @@ async def watch(stop: asyncio.Event, every_s: float, memory_every_s: float, seen
     seconds it spent go to ``seen["cpu_s"]``."""
     last_memory = 0.0
     while not stop.is_set():
-        resident, cpu = await asyncio.to_thread(
-            timed, lambda: sum(title(p).startswith("ray::AgentHost") for p in workers())
-        )
+        resident, cpu = await asyncio.to_thread(timed, resident_now)
         seen["most_resident"] = max(seen["most_resident"], resident)
         seen["cpu_s"] += cpu
         if time.monotonic() - last_memory >= memory_every_s:
@@ -249,7 +263,7 @@ async def verify_handles(run: Run, count: int) -> list[str]:
     """The same check for ``count`` agents through ``ta.get`` handles (each wakes its agent)."""
     wrong = []
     for agent in random.sample(sorted(run.sent), min(count, len(run.sent))):
-        handle = await ta.get(Roamer, name_of(agent))
+        handle = await ta.get(AGENT, name_of(agent))
         got = [(m.role, m.text) for m in await handle.get_messages()]
         if got != [pair for i in run.sent[agent] for pair in (("user", i), ("assistant", EXPECTED))]:
             wrong.append(f"{name_of(agent)} through its handle: {got}")
@@ -261,7 +275,7 @@ async def prewake(agents: int, count: int, wave: int = 8) -> float:
     began = time.perf_counter()
     picked = random.sample(range(agents), count)
     for start in range(0, count, wave):
-        handles = [ta.provision(Roamer, name_of(i)) for i in picked[start : start + wave]]
+        handles = [ta.provision(AGENT, name_of(i)) for i in picked[start : start + wave]]
         await asyncio.gather(*(h.info() for h in handles))
     return time.perf_counter() - began
 
@@ -290,7 +304,13 @@ async def main() -> None:
         help="agents woken before the clients start (a resident set to hit; give an --idle-timeout longer than "
         "their waking takes, ~1 s each on 2 cores, or the first hibernate before the clients begin)",
     )
+    parser.add_argument(
+        "--shared", action="store_true", help='agents of a class with hosting = "shared" (many to a process)'
+    )
     args = parser.parse_args()
+    if args.shared:
+        global AGENT, SLUG, HOST_TITLE
+        AGENT, SLUG, HOST_TITLE = SharedRoamer, "shared-roamer", "ray::SharedHost"
     if not args.clients < args.agents:
         parser.error("--clients must be fewer than --agents: each client talks to an agent no other client has")
     print(f"1-minute load average at the start: {load()} ({os.cpu_count()} cores)", flush=True)
@@ -305,7 +325,7 @@ async def main() -> None:
         try:
             began = time.perf_counter()
             for i in range(args.agents):
-                ta.provision(Roamer, name_of(i))
+                ta.provision(AGENT, name_of(i))
             provision_s = time.perf_counter() - began
             prewake_s = await prewake(args.agents, args.resident)
             [(gateway, url)] = await start_gateways("scale_agents", host="127.0.0.1", port=0, options={})
@@ -342,7 +362,8 @@ async def main() -> None:
     resident, woken = run.first_s["resident"], run.first_s["woken"]
     memory = seen["memory"]
     print(
-        f"{args.agents} addressable agents (provisioned in {provision_s:.1f} s), {args.clients} clients for "
+        f"{args.agents} addressable agents{' (hosting = shared)' if args.shared else ''} "
+        f"(provisioned in {provision_s:.1f} s), {args.clients} clients for "
         f"{args.duration:.0f} s, idle timeout {args.idle_timeout:.0f} s, {args.warm} warm worker(s), {args.resident} "
         f"woken first ({prewake_s:.0f} s): {run.completed} "
         f"turns in {elapsed:.1f} s = {run.completed / elapsed:.2f} turns/s; {len(run.sent)} agents chatted with; "

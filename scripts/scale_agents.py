@@ -98,3 +98,9 @@ class Roamer(ta.Think):
     hibernates after the runtime's ``idle_timeout_s`` (``ta.init``), as it sets none of its own."""
 
     model = PacedModel()
+
+
+class SharedRoamer(Roamer):
+    """``Roamer`` hosted many to a process (``bench_gateway_scale.py --shared``)."""
+
+    hosting = "shared"

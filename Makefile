@@ -83,10 +83,11 @@ bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-ag
 	$(PY) scripts/bench_ray.py
 	$(PY) scripts/bench_recovery.py
 	$(PY) scripts/bench_gateway.py
-	$(PY) scripts/bench_scale.py --held --skip a,c  # (b) on a fresh node, also with ta.init(first_chunk_at_once=False)
-	$(PY) scripts/bench_scale.py --skip b  # (a) start rate and (c) wakes in their own Ray: (b) once ran 4-5x slower right after (a) (perf notes §13)
-	$(PY) scripts/bench_scale.py --cluster --agents 30  # head + 2 worker nodes here, PostgreSQL store (full size: 100)
+	$(PY) scripts/bench_scale.py --held --shared --skip a,c  # (b) on a fresh node; also first_chunk_at_once=False and hosting = "shared"
+	$(PY) scripts/bench_scale.py --shared --skip b  # (a) start rate and (c) wakes (and bursts) in their own Ray: (b) once ran 4-5x slower right after (a) (perf notes §13)
+	$(PY) scripts/bench_scale.py --cluster --agents 30 --shared  # head + 2 worker nodes here, PostgreSQL store (full size: 100)
 	$(PY) scripts/bench_gateway_scale.py --duration 30  # 1,000 addressable agents through the gateway (full: 60 s)
+	$(PY) scripts/bench_gateway_scale.py --duration 30 --shared  # the same, hosting = "shared"
 	$(PY) scripts/bench_mcp.py
 	$(PY) scripts/bench_tracing.py
 	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200 --runner-agents 10000  # runners: 10,000 due in a minute; woken in their own actors: 200 (10,000 take two hours here)

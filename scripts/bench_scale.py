@@ -618,46 +618,9 @@ async def main() -> None:
                             "(reported)",
                         )
                     )
-                    if "held_turns_per_s" in row:
-                        held_rate, held_p99 = row["held_turns_per_s"], row["held_p99"]
-                        held_cpu = row["held_cpu_ms_actors"] + row["held_cpu_ms_driver"] + row["held_cpu_ms_ray"]
-                        print(
-                            f"(b) {n:.0f} x {args.turns}, agents with first_chunk_at_once=False: {held_rate:.1f} "
-                            f"turns/s, p50 {row['held_p50'] * 1e3:.0f} ms, p99 {held_p99 * 1e3:.0f} ms, CPU/turn "
-                            f"actors {row['held_cpu_ms_actors']:.1f} + driver {row['held_cpu_ms_driver']:.1f} + "
-                            f"raylet/GCS {row['held_cpu_ms_ray']:.1f} ms [load {load()}]",
-                            flush=True,
-                        )
-                        ratio = held_rate / row["bare_turns_per_s"]
-                        summary.append(
-                            (
-                                f"(b) N = {n:.0f}, first_chunk_at_once=False: turns/s, p99, CPU per turn vs bare",
-                                f"{held_rate:.1f} turns/s, {ratio:.2f}x; p99 {held_p99 / row['bare_p99']:.2f}x; "
-                                f"CPU {held_cpu / bare_cpu:.2f}x",
-                                f">= 0.9x: {verdict(ratio >= 0.9)}, "
-                                f"<= 1.3x: {verdict(held_p99 / row['bare_p99'] <= 1.3)}",
-                            )
-                        )
-                    if "shared_turns_per_s" in row:
-                        sh_rate, sh_p99 = row["shared_turns_per_s"], row["shared_p99"]
-                        sh_cpu = row["shared_cpu_ms_actors"] + row["shared_cpu_ms_driver"] + row["shared_cpu_ms_ray"]
-                        print(
-                            f'(b) {n:.0f} x {args.turns}, agents with hosting = "shared": {sh_rate:.1f} turns/s, '
-                            f"p50 {row['shared_p50'] * 1e3:.0f} ms, p99 {sh_p99 * 1e3:.0f} ms, CPU/turn hosts "
-                            f"{row['shared_cpu_ms_actors']:.1f} + driver {row['shared_cpu_ms_driver']:.1f} + "
-                            f"raylet/GCS {row['shared_cpu_ms_ray']:.1f} ms [load {load()}]",
-                            flush=True,
-                        )
-                        ratio = sh_rate / row["bare_turns_per_s"]
-                        summary.append(
-                            (
-                                f'(b) N = {n:.0f}, hosting = "shared": turns/s, p99, CPU per turn vs bare',
-                                f"{sh_rate:.1f} turns/s, {ratio:.2f}x; p99 {sh_p99 / row['bare_p99']:.2f}x; "
-                                f"CPU {sh_cpu / bare_cpu:.2f}x",
-                                f">= 0.9x: {verdict(ratio >= 0.9)}, "
-                                f"<= 1.3x: {verdict(sh_p99 / row['bare_p99'] <= 1.3)}",
-                            )
-                        )
+                    for key, label in (("held", "first_chunk_at_once=False"), ("shared", 'hosting = "shared"')):
+                        if f"{key}_turns_per_s" in row:
+                            summary.append(variant_row(row, key, label, args.turns, bare_cpu))
                     if "shared_uss_mib" in row:
                         summary.append(
                             (
@@ -742,6 +705,24 @@ async def main() -> None:
         finally:
             ta.shutdown()
     print_summary(summary)
+
+
+def variant_row(row: dict[str, Any], key: str, label: str, turns: int, bare_cpu: float) -> tuple[str, str, str]:
+    """Print (b)'s line for the agents of variant ``key`` (``held``, ``shared``); their row of the summary."""
+    n, rate, p99 = row["n"], row[f"{key}_turns_per_s"], row[f"{key}_p99"]
+    cpu = [row[f"{key}_cpu_ms_{part}"] for part in ("actors", "driver", "ray")]
+    print(
+        f"(b) {n:.0f} x {turns}, agents with {label}: {rate:.1f} turns/s, p50 {row[f'{key}_p50'] * 1e3:.0f} ms, "
+        f"p99 {p99 * 1e3:.0f} ms, CPU/turn processes {cpu[0]:.1f} + driver {cpu[1]:.1f} + raylet/GCS {cpu[2]:.1f} ms "
+        f"[load {load()}]",
+        flush=True,
+    )
+    ratio, p99_ratio = rate / row["bare_turns_per_s"], p99 / row["bare_p99"]
+    return (
+        f"(b) N = {n:.0f}, {label}: turns/s, p99, CPU per turn vs bare",
+        f"{rate:.1f} turns/s, {ratio:.2f}x; p99 {p99_ratio:.2f}x; CPU {sum(cpu) / bare_cpu:.2f}x",
+        f">= 0.9x: {verdict(ratio >= 0.9)}, <= 1.3x: {verdict(p99_ratio <= 1.3)}",
+    )
 
 
 def print_summary(summary: list[tuple[str, str, str]]) -> None:

@@ -15,9 +15,11 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
+from ray_agents import RecoveryWatch
 
 import think_actors as ta
 from think_actors import registry
@@ -62,6 +64,15 @@ def _named_actors() -> set[tuple[str, str]]:
     if not ray.is_initialized():
         return set()
     return {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(all_namespaces=True)}
+
+
+@pytest.fixture
+def watch(ray_runtime: Any, unique: str) -> Iterator[tuple[Any, str]]:
+    """A RecoveryWatch actor (``ray_agents``) the test's agents report to, and its name."""
+    name = f"recovery-watch/{unique}"
+    actor = RecoveryWatch.options(name=name, namespace=ray_runtime.namespace, lifetime="detached").remote()
+    yield actor, name
+    ray.kill(actor)
 
 
 @pytest.fixture

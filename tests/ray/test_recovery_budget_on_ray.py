@@ -8,22 +8,12 @@ reports to a RecoveryWatch actor instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import ray
-from ray_agents import CrashLoop, RecoveryWatch
+from ray_agents import CrashLoop
 
 import think_actors as ta
-
-
-@pytest.fixture
-def watch(ray_runtime: Any, unique: str) -> Iterator[tuple[Any, str]]:
-    name = f"recovery-watch/{unique}"
-    actor = RecoveryWatch.options(name=name, namespace=ray_runtime.namespace, lifetime="detached").remote()
-    yield actor, name
-    ray.kill(actor)
 
 
 @pytest.mark.timeout(240)

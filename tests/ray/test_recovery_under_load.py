@@ -16,7 +16,7 @@ import pytest
 import ray
 from cpu_load import burning_cpus
 from ray.exceptions import ActorUnavailableError, RayActorError
-from ray_agents import DiesMidTurn, FailsToStartOnce, HeldAtStart, RecoveryWatch
+from ray_agents import DiesMidTurn, FailsToStartOnce, HeldAtStart
 
 import think_actors as ta
 
@@ -29,14 +29,6 @@ RECOVERY_S = 120.0  # per recovery at most: 6 restarts at once on 2 spinning cor
 def loaded_machine() -> Iterator[list[int]]:
     with burning_cpus() as pids:
         yield pids
-
-
-@pytest.fixture
-def watch(ray_runtime: Any, unique: str) -> Iterator[tuple[Any, str]]:
-    name = f"recovery-watch/{unique}"
-    actor = RecoveryWatch.options(name=name, namespace=ray_runtime.namespace, lifetime="detached").remote()
-    yield actor, name
-    ray.kill(actor)
 
 
 async def until_answered(call: Any, timeout_s: float = 60.0) -> Any:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import ray
-from ray_agents import BadlyHosted, RecoveryWatch, SharedDiesMidTurn, SharedEcho, SharedPaced, SharedSleepy
+from ray_agents import BadlyHosted, SharedDiesMidTurn, SharedEcho, SharedPaced, SharedSleepy
 
 import think_actors as ta
 from think_actors import registry
@@ -39,14 +38,6 @@ def names_on_one_host(agent_class: type[ta.Think], prefix: str, count: int) -> l
         if len(names) == count:
             return names
     raise AssertionError("no shared host got enough names")
-
-
-@pytest.fixture
-def watch(ray_runtime: Any, unique: str) -> Iterator[tuple[Any, str]]:
-    name = f"recovery-watch/{unique}"
-    actor = RecoveryWatch.options(name=name, namespace=ray_runtime.namespace, lifetime="detached").remote()
-    yield actor, name
-    ray.kill(actor)
 
 
 async def test_shared_agents_share_their_hosts_processes_and_keep_their_own_histories(unique: str) -> None:

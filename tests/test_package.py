@@ -207,6 +207,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "AgentCycleError": {"agent": "a", "cycle": ["a", "b", "a"]},
     "AgentUnavailableError": {"agent": "research/lead", "retryable": True},
     "AgentHibernatedError": {"agent": "research/lead", "retryable": True},
+    "StreamChannelError": {"request_id": "r", "retryable": True},
 }
 
 

@@ -27,7 +27,7 @@ import io
 import operator
 import pickle
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -163,7 +163,7 @@ def _opening(item: Any) -> bool:
 
 async def _batches(
     source: AsyncIterator[Any], config: BatchLimits, *, hold_opening: bool = False
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """Re-yield ``source`` as packed batches: the first item alone, then whatever is ready, plus what arrives
     within ``flush_s`` of the batch's first item, up to ``batch_max``. An error of ``source`` is raised after the
     batch of the items before it. ``hold_opening``: the first batch waits for an item that is not a turn's or a
@@ -238,7 +238,8 @@ async def _batches(
             if first and not hold_opening:
                 size = 1  # the first item never waits: time to first chunk
             else:
-                await wait(config.batch_max, config.flush_s)
+                if config.flush_s > 0:
+                    await wait(config.batch_max, config.flush_s)
                 size = config.batch_max
             batch = pending[:size]
             del pending[:size]

@@ -25,7 +25,8 @@ never a provider SDK type::
     └── AgentError                  the actor runtime failed
         ├── AgentCycleError         A -> B -> A while A holds its turn lock
         └── AgentUnavailableError   an agent actor is gone or restarting
-            └── AgentHibernatedError   it was hibernating; a handle wakes it and calls again
+            ├── AgentHibernatedError   it was hibernating; a handle wakes it and calls again
+            └── StreamChannelError     a stream's connection broke before its end (its producer went away)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = [
     "ScriptError",
     "StoreError",
     "StoreFencedError",
+    "StreamChannelError",
     "StreamStalledError",
     "ThinkError",
     "ToolExecutionError",
@@ -203,6 +205,11 @@ class AgentCycleError(AgentError):
 
 class AgentUnavailableError(AgentError):
     """An agent actor is gone or restarting."""
+
+
+class StreamChannelError(AgentUnavailableError):
+    """A streamed call's connection (``ta.init(stream_channels=True)``) broke, or its last frames never came,
+    before the stream's end: the producer's process or node went away, or the network between them failed."""
 
 
 class AgentHibernatedError(AgentUnavailableError):

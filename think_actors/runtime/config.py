@@ -42,6 +42,7 @@ class RuntimeConfig:
     warm_workers: int = 1  # idle worker processes each node keeps ready for the next agent to start (_warm)
     tracing: TracingConfig | None = None  # None: no spans (think_actors.tracing)
     shared_hosts: int = 1  # the actors that host the agents of classes with hosting = "shared" (shared.py)
+    stream_channels: bool = True  # streamed calls' batches over direct connections, not Ray items (channel.py)
 
 
 _config: RuntimeConfig | None = None
@@ -63,6 +64,7 @@ def init(
     tracing: bool | TracingConfig | None = None,
     first_chunk_at_once: bool = True,
     shared_hosts: int = 0,
+    stream_channels: bool = True,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -96,6 +98,11 @@ def init(
     ``shared_hosts``: how many actors host the agents of classes with ``hosting = "shared"``, many agents to a
     process, spread over the nodes (default 0: one per CPU the cluster has now). An agent's host is fixed by its
     path and this count: drivers that join a cluster grown since should pass the first one's count.
+    ``stream_channels``: the chunks of a streamed call between processes (a model server to an agent, an agent to
+    the gateway, a parent or this driver) travel over a direct TCP connection between the two processes, on the
+    node's address, while Ray still starts, cancels and watches the call (the default: at a provider's pace each
+    chunk would otherwise cost a Ray stream item, about a millisecond of CPU). False sends them as Ray items; so
+    does a process that cannot reach the caller's address (nodes whose firewall opens only Ray's own ports).
     Calling it again returns the same config.
     """
     global _config
@@ -145,6 +152,7 @@ def init(
         # Fixed here: an agent's host is its path's hash over this count, the same in every process of the job.
         shared_hosts=shared_hosts or max(1, int(ray.cluster_resources().get("CPU", 1))),  # type: ignore[no-untyped-call]
         tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
+        stream_channels=stream_channels,
     )
     return _config
 
@@ -185,6 +193,11 @@ def _require_config() -> RuntimeConfig:
         if ray.is_initialized():
             return init()
         raise ConfigurationError("think_actors runtime is not started: call ta.init() first")
+    return _config
+
+
+def current_config() -> RuntimeConfig | None:
+    """This process's runtime config, or None before ``init`` (or an actor's set-up)."""
     return _config
 
 

@@ -37,7 +37,7 @@ from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
 from .placement import _actor_options
 from .shared import shared_host, shared_host_name
-from .stream import RemoteStream
+from .stream import RemoteStream, open_channel
 
 log = logging.getLogger("think_actors")
 
@@ -191,40 +191,57 @@ class AgentHandle:
         }
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
+        reply_to, inbox, inflow = open_channel()
 
         def start() -> Any:
             return self._actor.chat.options(num_returns="streaming").remote(
-                *self._route, pack_call(message, options, caller_chain, trace)
+                *self._route, pack_call(message, options, caller_chain, trace), reply_to
             )
 
-        return RemoteStream(self._started(start), request_id, resumable=True, handle=self, restart=start, position=0)
+        return RemoteStream(
+            self._started(start),
+            request_id,
+            resumable=True,
+            handle=self,
+            restart=start,
+            position=0,
+            channel=(inbox, inflow),
+        )
 
     def attach(self, request_id: str, *, position: int | None = None) -> RemoteStream:
         """Follow a turn the actor resumed after a crash (see ``Think.attach``): its chunks so far, then the rest;
         with ``position`` (what ``RemoteStream.position`` counted) only what the caller does not hold yet."""
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()
+        reply_to, inbox, inflow = open_channel()
 
         def start() -> Any:
             return self._actor.attach.options(num_returns="streaming").remote(
-                *self._route, pack_call(request_id, position, caller_chain, trace)
+                *self._route, pack_call(request_id, position, caller_chain, trace), reply_to
             )
 
         resumable = position is not None  # only a stream that knows its position can say how to resume it
         return RemoteStream(
-            self._started(start), request_id, resumable=resumable, handle=self, restart=start, position=position
+            self._started(start),
+            request_id,
+            resumable=resumable,
+            handle=self,
+            restart=start,
+            position=position,
+            channel=(inbox, inflow),
         )
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()
+        reply_to, inbox, inflow = open_channel()
 
         def start() -> Any:
             return self._actor.run_as_tool.options(num_returns="streaming").remote(
-                *self._route, pack_call(run_id, input, output, caller_chain, trace)
+                *self._route, pack_call(run_id, input, output, caller_chain, trace), reply_to
             )
 
-        return RemoteStream(self._started(start), run_id, handle=self, restart=start)
+        return RemoteStream(self._started(start), run_id, handle=self, restart=start, channel=(inbox, inflow))
 
     async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
         result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get(), tracing.carrier())

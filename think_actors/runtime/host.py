@@ -9,12 +9,13 @@ this module does not import the handles that start it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import ray
@@ -23,7 +24,7 @@ from .. import metrics, registry, tracing
 from .._turn import chain
 from .._warm import top_up_in_background
 from ..agent import Think
-from ..batching import _batches, unpack_call
+from ..batching import BatchLimits, _batches, unpack_call
 from ..errors import (
     AgentCycleError,
     AgentHibernatedError,
@@ -35,6 +36,7 @@ from ..mcp.manager import local_connect
 from ..mcp.shared import ray_connect
 from ..messages import UIMessage
 from ..models import set_model_resolver
+from .channel import ReplyTo, deliver
 from .config import RuntimeConfig, _set_current
 from .model_pool import PoolResolver
 
@@ -270,35 +272,47 @@ class HostedAgent:
         }
 
     @_counted
-    async def chat(self, call: bytes) -> AsyncIterator[bytes]:
-        """A turn: ``call`` is ``pack_call(message, options, caller_chain, trace)`` (one argument costs Ray less)."""
+    async def chat(self, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
+        """A turn: ``call`` is ``pack_call(message, options, caller_chain, trace)`` (one argument costs Ray less);
+        its batches go to ``reply_to`` when the caller gave one (``channel.deliver``)."""
         message, options, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
         await self.agent.load_messages()
-        stream = self.agent.chat(message, **options)
-        durable = self.agent._engine.durable
+        stream = self.agent.chat(message, **options).__aiter__()
         hold = not self.config.first_chunk_at_once
-        async for batch in _batches(stream.__aiter__(), self.config, hold_opening=hold):
-            await durable()  # what leaves the process is in the log first: a crash loses nothing the caller saw
-            yield batch
+        batches = functools.partial(self._durable_batches, stream, hold_opening=hold)
+        async for item in deliver(batches, self.config, reply_to):
+            yield item
 
     @_counted
-    async def run_as_tool(self, call: bytes) -> AsyncIterator[bytes]:
+    async def run_as_tool(self, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
         """``call`` is ``pack_call(run_id, input, output, caller_chain, trace)``."""
         run_id, input, output, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
-        async for batch in _batches(self.agent.run_as_tool(run_id, input, output=output), self.config):
-            yield batch
+        stream = self.agent.run_as_tool(run_id, input, output=output)
+        async for item in deliver(functools.partial(_batches, stream), self.config, reply_to):
+            yield item
 
     @_counted
-    async def attach(self, call: bytes) -> AsyncIterator[bytes]:
+    async def attach(self, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
         """``call`` is ``pack_call(request_id, position, caller_chain, trace)``."""
         request_id, position, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
+        stream = self.agent.attach(request_id, position=position)
+        async for item in deliver(functools.partial(self._durable_batches, stream), self.config, reply_to):
+            yield item
+
+    async def _durable_batches(
+        self, stream: AsyncIterator[Any], limits: BatchLimits, *, hold_opening: bool = False
+    ) -> AsyncGenerator[bytes, None]:
+        """The batches of a turn's ``stream``, each once the turn's log holds it: a crash loses nothing the caller
+        saw."""
         durable = self.agent._engine.durable
-        async for batch in _batches(self.agent.attach(request_id, position=position), self.config):
-            await durable()
-            yield batch
+        batches = _batches(stream, limits, hold_opening=hold_opening)
+        async with contextlib.aclosing(batches):
+            async for batch in batches:
+                await durable()
+                yield batch
 
     @_counted
     async def save_messages(

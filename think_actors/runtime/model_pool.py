@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
@@ -27,8 +28,9 @@ from ..errors import AgentUnavailableError, ModelServerUnavailableError
 from ..logs import configure_logging
 from ..models import FinishEvent, ModelEvent, ModelInfo, ModelRequest, ResponseMetadata
 from .calls import _call
+from .channel import ReplyTo, deliver
 from .config import RuntimeConfig
-from .stream import RemoteStream
+from .stream import RemoteStream, open_channel
 
 __all__ = ["ModelServer", "PoolResolver", "PooledModel", "start_model_pools"]
 
@@ -54,13 +56,15 @@ class ModelServer:
         request: ModelRequest,
         trace: dict[str, str] | None = None,
         tracing_config: tracing.TracingConfig | None = None,
+        reply_to: ReplyTo | None = None,
     ) -> AsyncIterator[bytes]:
-        """Stream one call's events in batches; under a span when the agent sent its trace context and config."""
+        """Stream one call's events in batches, to ``reply_to`` when given (``channel.deliver``); under a span when
+        the agent sent its trace context and config."""
         events: AsyncGenerator[ModelEvent, None] = self.client.stream(request)
         if trace and tracing_config is not None:
             events = _traced(events, request.model, trace, tracing_config)
-        async for batch in _batches(events, self.config):
-            yield batch
+        async for item in deliver(functools.partial(_batches, events), self.config, reply_to):
+            yield item
 
     async def model_info(self, model: str) -> ModelInfo | None:
         return await self.client.model_info(model)
@@ -130,8 +134,10 @@ class PooledModel:
             # Traced, the agent's chat span (current while its model call runs) is the parent of the server's;
             # untraced, the call is what it always was.
             trace = tracing.carrier()
+            reply_to, inbox, inflow = open_channel()
             remote = RemoteStream(
-                call.remote(request) if trace is None else call.remote(request, trace, tracing.current_config())
+                call.remote(request, trace, tracing.current_config() if trace else None, reply_to=reply_to),
+                channel=(inbox, inflow),
             )
             started = False
             try:

@@ -28,6 +28,7 @@ import ray
 from .. import registry
 from ..agent import Think
 from ..errors import AgentUnavailableError
+from .channel import ReplyTo
 from .config import RuntimeConfig
 from .host import HostedAgent, _process_setup
 from .placement import _actor_options
@@ -117,16 +118,16 @@ class SharedHost:
         """The paths of the agents loaded here."""
         return sorted(self.agents)
 
-    async def chat(self, path: str, call: bytes) -> AsyncIterator[bytes]:
-        async for batch in self._hosted(path).chat(call):
+    async def chat(self, path: str, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
+        async for batch in self._hosted(path).chat(call, reply_to):
             yield batch
 
-    async def run_as_tool(self, path: str, call: bytes) -> AsyncIterator[bytes]:
-        async for batch in self._hosted(path).run_as_tool(call):
+    async def run_as_tool(self, path: str, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
+        async for batch in self._hosted(path).run_as_tool(call, reply_to):
             yield batch
 
-    async def attach(self, path: str, call: bytes) -> AsyncIterator[bytes]:
-        async for batch in self._hosted(path).attach(call):
+    async def attach(self, path: str, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
+        async for batch in self._hosted(path).attach(call, reply_to):
             yield batch
 
     async def events(self, path: str, channel: str) -> AsyncIterator[list[Any]]:

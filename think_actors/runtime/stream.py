@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
@@ -13,8 +16,30 @@ from ..batching import _is_last, _unpack
 from ..errors import (
     AgentUnavailableError,
     ConfigurationError,
+    StreamChannelError,
 )
 from .calls import _hibernated, _unwrap
+from .channel import _DRAIN_AFTER_END_S, CHANNEL, END, Inbox, Inflow, inbox_for_loop, sent_count
+from .config import current_config
+
+_CLOSED_GRACE_S = 5.0  # a broken channel: how long to wait for the call's own error (the producer's death)
+_node_ip: str | None = None
+
+
+def open_channel() -> tuple[Any, Inbox | None, Inflow | None]:
+    """A reply address for a streamed call from this event loop (``None`` when streams here are Ray items: channels
+    are off, this loop's inbox is still starting, or no loop runs) and where its frames arrive."""
+    global _node_ip
+    config = current_config()
+    if config is None or not config.stream_channels:
+        return None, None, None
+    if _node_ip is None:
+        _node_ip = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    inbox = inbox_for_loop(_node_ip)
+    if inbox is None:
+        return None, None, None
+    reply_to, inflow = inbox.open()
+    return reply_to, inbox, inflow
 
 
 class _Resumable(Protocol):
@@ -35,6 +60,9 @@ class RemoteStream:
     and ``resume()`` follows the resumed turn from ``position``, the units (``journal.units``) of the turn's
     stream this caller received: every chunk of the reply reaches it once. A chunk reaches the caller only once
     the agent's log holds it, so what the caller saw is what the recovery continues from.
+
+    With a ``channel`` (an inbox and the stream's inflow there, ``open_channel``), the producer may send all but
+    its first batch over a connection instead of as Ray items (``channel.deliver``); the order is the same.
     """
 
     def __init__(
@@ -46,6 +74,7 @@ class RemoteStream:
         handle: _Resumable | None = None,
         restart: Callable[[], Any] | None = None,
         position: int | None = None,
+        channel: tuple[Inbox | None, Inflow | None] = (None, None),
     ):
         self.request_id = request_id
         self.position = position  # None: this stream does not know where in its turn's stream it began
@@ -56,6 +85,9 @@ class RemoteStream:
         self._handle = handle  # with ``restart``: a call that found the agent hibernating wakes it and is resent
         self._restart = restart
         self._received = False
+        self._inbox, self._inflow = channel
+        if self._inbox is not None and self._inflow is not None:  # a stream dropped unread lets its inflow go too
+            weakref.finalize(self, self._inbox.discard, self._inflow)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         # An async generator: ``async for`` then takes each chunk without a coroutine of ours per chunk.
@@ -67,6 +99,20 @@ class RemoteStream:
         return await self.__aiter__().__anext__()
 
     async def _unbatched(self) -> AsyncIterator[Any]:
+        try:
+            async for data in self._batches():
+                if self.position is None:
+                    for item in _unpack(data):
+                        yield item
+                    continue
+                for item in _unpack(data):
+                    self.position += units(item)
+                    yield item
+        finally:
+            self._release()
+
+    async def _batches(self) -> AsyncIterator[bytes]:
+        """The call's packed batches in order: Ray items, then (when the first says so) the channel's frames."""
         while not self._done:
             if self._generator is None:  # a provisioned agent: start it, then the call
                 assert self._handle is not None and self._restart is not None
@@ -90,27 +136,103 @@ class RemoteStream:
                     self._restart = None  # once
                     continue
                 self._done = True
-                error = _unwrap(err)
-                if self._resumable and isinstance(error, AgentUnavailableError):
-                    raise AgentUnavailableError(
-                        f"the agent actor died during turn {self.request_id!r}; it restarts and resumes the turn "
-                        f"from its store: follow it with stream.resume(), which is "
-                        f"handle.attach({self.request_id!r}, position={self.position}) ({err})",
-                        request_id=self.request_id,
-                        retryable=True,
-                    ) from None
-                raise error from None
+                raise self._error(err) from None
             self._received = True
+            if data[0] & CHANNEL[0]:
+                yield data  # the first batch: the producer sends the rest on the channel
+                async for frame in self._channel_frames():
+                    yield frame
+                return
             if _is_last(data):
                 # The remote generator has returned: end here rather than wait for Ray's end-of-stream message.
                 self._done = True
-            if self.position is None:
-                for item in _unpack(data):
-                    yield item
-                continue
-            for item in _unpack(data):
-                self.position += units(item)
-                yield item
+            yield data
+
+    async def _channel_frames(self) -> AsyncIterator[bytes]:
+        """The frames of the stream's inflow, to its end; an error of the call is raised after the frames the
+        producer wrote before it (``channel.sent_count``)."""
+        inflow = self._inflow
+        if inflow is None:
+            raise StreamChannelError("the producer sent a stream on a channel this caller never opened")
+        watch: asyncio.Future[tuple[str, Any]] | None = self._watch_call(inflow)
+        error: BaseException | None = None
+        expected: int | None = None  # frames written before the producer raised
+        received = 0
+        deadline: float | None = None  # the call has ended: its frames must arrive by then
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                if inflow.frames:
+                    frame = inflow.frames.popleft()
+                    received += 1
+                    if frame == END:
+                        break
+                    yield frame
+                    if _is_last(frame):
+                        break
+                    continue
+                if error is not None and (expected is None or received >= expected):
+                    raise error
+                if watch is not None and watch.done():
+                    kind, value = watch.result()
+                    watch = None
+                    if kind == "item":
+                        expected = sent_count(value)
+                        watch = self._watch_call(inflow)
+                        continue
+                    deadline = loop.time() + _DRAIN_AFTER_END_S
+                    if kind == "error":
+                        error = self._error(value)
+                    continue
+                if inflow.closed:
+                    if watch is not None:  # the producer's process went away: the call says how
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(watch), _CLOSED_GRACE_S)
+                        if watch.done() and watch.result()[0] == "error":
+                            raise self._error(watch.result()[1])
+                    raise error or StreamChannelError(
+                        f"the connection of stream {self.request_id!r} broke before its end",
+                        request_id=self.request_id,
+                        retryable=True,
+                    )
+                if deadline is not None:
+                    if loop.time() >= deadline:
+                        raise error or StreamChannelError(
+                            f"stream {self.request_id!r}: the call ended but its last frames never arrived",
+                            request_id=self.request_id,
+                            retryable=True,
+                        )
+                    await inflow.wait(deadline - loop.time())
+                else:
+                    await inflow.wait()
+        finally:
+            self._done = True
+            if watch is not None:
+                watch.cancel()
+
+    def _watch_call(self, inflow: Inflow) -> asyncio.Future[tuple[str, Any]]:
+        """The call's next Ray item, its end or its error, waking ``inflow`` when it comes."""
+        watch = asyncio.ensure_future(_next_item(self._generator))
+        watch.add_done_callback(lambda _: inflow.wake())
+        return watch
+
+    def _error(self, err: BaseException) -> BaseException:
+        """What the caller sees of a failed call."""
+        error = _unwrap(err)
+        if self._resumable and isinstance(error, AgentUnavailableError):
+            return AgentUnavailableError(
+                f"the agent actor died during turn {self.request_id!r}; it restarts and resumes the turn "
+                f"from its store: follow it with stream.resume(), which is "
+                f"handle.attach({self.request_id!r}, position={self.position}) ({err})",
+                request_id=self.request_id,
+                retryable=True,
+            )
+        return error
+
+    def _release(self) -> None:
+        if self._inbox is not None and self._inflow is not None:
+            self._inbox.discard(self._inflow)
+            self._inbox = self._inflow = None
 
     def resume(self) -> RemoteStream:
         """The rest of this stream's turn after an interruption, from ``position``: ``handle.attach(request_id,
@@ -126,6 +248,17 @@ class RemoteStream:
             self._done = True
             if self._generator is not None:
                 ray.cancel(self._generator)
+        self._release()
 
     async def collect(self) -> list[Any]:
         return [item async for item in self]
+
+
+async def _next_item(generator: Any) -> tuple[str, Any]:
+    """``("item", data)``, ``("end", None)`` or ``("error", ray_error)``: what a streamed call gives next."""
+    try:
+        return "item", await (await generator.__anext__())
+    except StopAsyncIteration:
+        return "end", None
+    except (RayTaskError, RayActorError, ActorUnavailableError) as err:
+        return "error", err

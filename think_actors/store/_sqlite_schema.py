@@ -112,6 +112,8 @@ TURN_UPSERT = insert_sql("turns", TURN_COLUMNS) + (
     " ON CONFLICT (request_id) DO UPDATE SET " + ", ".join(f'"{c}" = excluded."{c}"' for c in TURN_COLUMNS[1:])
 )
 CHUNK_INSERT = "INSERT INTO chunks (request_id, body) VALUES (?, ?)"
+# The insert of a lease holder: nothing is written unless the file's newest lease generation is the given one.
+CHUNK_INSERT_FENCED = "INSERT INTO chunks (request_id, body) SELECT ?, ? WHERE (SELECT generation FROM lease) IS ?"
 EFFECT_SELECT = f"SELECT {quoted_names(EFFECT_COLUMNS)} FROM effects"
 EFFECT_INSERT = insert_sql("effects", EFFECT_COLUMNS) + " ON CONFLICT (key) DO NOTHING"
 

@@ -48,6 +48,7 @@ from ._search import FTS_HIT, MessageHit, check_search, fts5_query, hits, search
 from ._sqlite_schema import (
     APPEND_NEW,
     CHUNK_INSERT,
+    CHUNK_INSERT_FENCED,
     CLAIM,
     EFFECT_INSERT,
     EFFECT_SELECT,
@@ -315,9 +316,15 @@ class SQLiteStore:
         """Append wire-form chunks to the request's chunk log, in order (one write for the batch)."""
         # Packed before the write lock: a chunk that cannot be stored writes nothing.
         body = chunk_batch(chunks) if chunks else None
-        with self._fenced("append chunks") as conn:
-            if body is not None:
-                conn.execute(CHUNK_INSERT, (request_id, body))
+        if body is None:
+            with self._fenced("append chunks"):
+                return
+        # One statement, its own transaction: a turn streaming at a provider's pace appends a batch per token, so
+        # the lease check rides in the insert instead of a BEGIN / SELECT / INSERT / COMMIT of its own.
+        with self._guard("append chunks") as conn:
+            inserted = conn.execute(CHUNK_INSERT_FENCED, (request_id, body, self._generation)).rowcount
+            if inserted != 1:
+                raise fenced_error(self._agent, self._generation, _lease_owner(conn))
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
         """The request's chunk log, in the order appended."""

@@ -130,6 +130,8 @@ class Rooms:
         await ws.send_str(await _transcript_frame(agent, connect=connect))
 
     async def _broadcast_messages(self, room: _Room, agent: Any, *, skip: web.WebSocketResponse | None = None) -> None:
+        if not any(ws is not skip and not ws.closed for ws in room.sockets):
+            return  # nobody to tell: the transcript (a read of the whole history) is not even fetched
         await room.send(await _transcript_frame(agent), skip=skip)
 
     def _spawn(self, coro: Any) -> None:

@@ -121,11 +121,32 @@ class PooledModel:
         self._servers = servers
         self._next = 0
         self._model_info: dict[str, ModelInfo | None] = {}
+        self._up: list[Any] = []  # the servers known to have started, in the order they did
+        self._watching = False
+        self._watches: list[asyncio.Task[None]] = []
 
     def _server(self) -> Any:
-        server = self._servers[self._next % len(self._servers)]
+        """The next server, round robin over those that have started: a server still booting (litellm's import
+        takes seconds) gets no request while another is up, so no call waits for its boot."""
+        if not self._watching:
+            self._watch_starts()
+        servers = self._up or self._servers
+        server = servers[self._next % len(servers)]
         self._next += 1
         return server
+
+    def _watch_starts(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop yet: plain round robin until a call from one
+        self._watching = True
+        self._watches = [loop.create_task(self._started(server)) for server in self._servers]
+
+    async def _started(self, server: Any) -> None:
+        with contextlib.suppress(Exception):  # a server that fails to start is asked anyway, and says why
+            await server.__ray_ready__.remote()
+            self._up.append(server)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         deadline = time.monotonic() + _SERVER_RESTART_S

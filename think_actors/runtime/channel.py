@@ -121,6 +121,7 @@ class Inbox:
         self.port = 0
         self.secret = os.urandom(_SECRET_BYTES)
         self.ready = False
+        self.frames = 0  # frames received, for all streams
         self._streams: dict[int, Inflow] = {}
         self._next = 0
         self._server: asyncio.Server | None = None
@@ -194,6 +195,7 @@ class _Receiver(asyncio.Protocol):
                 break  # the rest of this frame is still on its way
             start = offset + size
             offset = start + length
+            self.inbox.frames += 1
             inflow = streams.get(stream)
             if inflow is not None:  # else its consumer gave up on it
                 inflow.connection = self

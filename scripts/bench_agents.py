@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from think_actors.batching import _batches
 from think_actors.chunks import DataChunk
 from think_actors.models import FinishEvent, ModelEvent, ModelInfo, ModelRequest, ResponseMetadata, TextDelta, Usage
 from think_actors.runtime import RuntimeConfig
+from think_actors.runtime.channel import ReplyTo, deliver
 from think_actors.testing import ScriptedModel, delay, step, text, tool_call
 
 
@@ -135,8 +137,11 @@ class EventServer:
         self.config = config
         self.client = ScriptedEvents(chunks)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[bytes]:
-        async for batch in _batches(self.client.stream(request).__aiter__(), self.config):
+    async def stream(
+        self, request: ModelRequest, trace: Any = None, tracing_config: Any = None, reply_to: ReplyTo | None = None
+    ) -> AsyncIterator[bytes]:
+        events = self.client.stream(request).__aiter__()
+        async for batch in deliver(functools.partial(_batches, events), self.config, reply_to):
             yield batch
 
     async def model_info(self, model: str) -> ModelInfo | None:

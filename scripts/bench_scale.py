@@ -15,7 +15,10 @@
     turn. Wake latency (the call to the first chunk) p50/p99 (targets 300 / 600 ms) and the most agents resident
     at once (a few at most; every other agent lives only in its store). ``--wake-ab`` runs it twice in one Ray,
     first with no warm worker processes (``ta.init(warm_workers=0)``, as (a) and (b) then run too), then with the
-    default one per node.
+    default one per node. ``--warm N``: then ``--wakes`` more woken in a burst (one per ``--burst-gap``, 20 ms),
+    twice in the same Ray: with no warm processes, then with a pool of N per node (``ta.init(warm_workers=N)``,
+    once the pool reports N booted): p50/p99 of each, and which wakes took a warm process (by pid); the wakes past
+    the pool's size are cold starts, reported apart.
 (d) ``--cluster``: (b) on a cluster of three Ray nodes on this machine (``ray.cluster_utils.Cluster``: a head and
     two workers, their Ray CPUs adding up to the machine's cores; the driver attached to the head), the agents'
     stores in a throwaway PostgreSQL 15 server (tests/postgres_server.py) as a cluster's must be: N bare actors
@@ -35,7 +38,7 @@ The last lines are the issue's rows side by side with their targets, and the mac
 figures are the profiler's, not the benchmark's.
 
 Usage: python scripts/bench_scale.py [--start 16] [--agents 100,200] [--turns 5] [--addressable 10000]
-       [--wakes 40] [--wake-ab] [--skip a,b,c] [--profile] [--held] [--shared]
+       [--wakes 40] [--wake-ab] [--warm N] [--skip a,b,c] [--profile] [--held] [--shared]
        python scripts/bench_scale.py --cluster [--agents 100] [--turns 5]
 """
 
@@ -76,6 +79,7 @@ from scale_agents import (  # noqa: E402
 )
 
 import think_actors as ta  # noqa: E402
+from think_actors import _warm  # noqa: E402
 from think_actors.runtime import _require_config, _spawn_path  # noqa: E402
 from think_actors.store import agent_path  # noqa: E402
 
@@ -523,6 +527,96 @@ async def bench_wakes(picked: list[Any], pace_s: float) -> dict[str, float]:
     }
 
 
+async def burst(picked: list[Any], gap_s: float, warm: set[int]) -> dict[str, Any]:
+    """Wake each of ``picked`` by a chat, one every ``gap_s``: each wake's latency (call to first chunk) and
+    whether its agent's process was one of ``warm`` (the pool's booted processes before the burst)."""
+    latencies: list[float] = []
+    on_warm: list[bool] = []
+
+    async def wake(handle: Any) -> None:
+        began = time.perf_counter()
+        stream = handle.chat("wake up")
+        await stream.__anext__()
+        latency = time.perf_counter() - began
+        async for _ in stream:
+            pass
+        # After the turn (the agent hibernates 2 s later): its process, to tell a warm wake from a cold one.
+        pid = (await handle.info())["pid"]
+        latencies.append(latency)
+        on_warm.append(pid in warm)
+
+    tasks = []
+    for handle in picked:
+        tasks.append(asyncio.ensure_future(wake(handle)))
+        await asyncio.sleep(gap_s)
+    await asyncio.gather(*tasks)
+    cold = [t for t, w in zip(latencies, on_warm, strict=True) if not w]
+    warm_p99 = percentile([t for t, w in zip(latencies, on_warm, strict=True) if w] or [0.0], 99)
+    return {
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+        "warm": sum(on_warm),
+        "warm_p99": warm_p99,
+        "cold": cold,
+    }
+
+
+async def wait_for_pool(namespace: str, size: int, within_s: float = 600.0) -> tuple[float, dict[str, Any]]:
+    """Wait until this node's warm pool reports ``size`` booted processes: seconds waited, and its status."""
+    began = time.perf_counter()
+    while time.perf_counter() - began < within_s:
+        statuses = await _warm.pool_statuses(namespace)
+        if statuses and len(statuses[0]["ready"]) >= min(size, statuses[0]["cap"] or size):
+            return time.perf_counter() - began, statuses[0]
+        await asyncio.sleep(1)
+    raise TimeoutError(f"the warm pool did not boot {size} processes in {within_s:.0f} s")
+
+
+async def bench_burst_ab(
+    init: dict[str, Any], handles: list[Any], wakes: int, gap_s: float, size: int, share: float
+) -> list[tuple[str, str, str]]:
+    """(c)'s burst, with no warm processes and then with a pool of ``size``: its lines and summary rows. The burst
+    wakes hibernated agents (started once before, their stores written), as a real burst of returning users does."""
+    picked = random.sample(handles, 2 * wakes)
+    began = time.perf_counter()
+    for first in range(0, len(picked), 8):  # eight at a time, not to measure the priming itself
+        await asyncio.gather(*(h.chat("hello").collect() for h in picked[first : first + 8]))
+    print(f"(c) {len(picked)} agents started once for the burst in {time.perf_counter() - began:.0f} s", flush=True)
+    rows = []
+    for label, pool in (("no warm pool", 0), (f"a pool of {size}", size)):
+        ta.init(**init, warm_workers=pool, warm_memory_share=share)  # the same Ray; its pools follow
+        status: dict[str, Any] = {"ready": []}
+        filled = ""
+        if pool:
+            fill_s, status = await wait_for_pool(init["namespace"], pool)
+            filled = f", booted in {fill_s:.0f} s, {status['process_mib']:.1f} MiB each"
+        await asyncio.sleep(10)  # what was woken last has hibernated (2 s after its turn); the pool's last boot is over
+        load_before = load()
+        sc = await burst(picked[:wakes], gap_s, set(status["ready"]))
+        picked = picked[wakes:]
+        cold = sc["cold"]
+        past = (
+            f" (their p99 {sc['warm_p99'] * 1e3:.0f} ms); {len(cold)} cold (no warm process left): "
+            f"p50 {percentile(cold, 50) * 1e3:.0f} ms, max {max(cold) * 1e3:.0f} ms"
+            if cold and pool
+            else ""
+        )
+        print(
+            f"(c) a burst of {wakes} wakes, one per {gap_s * 1e3:.0f} ms, {label}{filled}: wake to first chunk "
+            f"p50 {sc['p50'] * 1e3:.0f} ms, p99 {sc['p99'] * 1e3:.0f} ms, {sc['warm']} on a warm process{past} "
+            f"[load {load_before} -> {load()}]",
+            flush=True,
+        )
+        rows.append(
+            (
+                f"(c) a burst of {wakes} wakes, {label}",
+                f"p50 {sc['p50'] * 1e3:.0f} ms, p99 {sc['p99'] * 1e3:.0f} ms ({sc['warm']} warm){past}",
+                f"p99 <= 1000: {verdict(sc['p99'] <= 1.0)}" if pool else "(reported)",
+            )
+        )
+    return rows
+
+
 def verdict(met: bool) -> str:
     return "met" if met else "**missed**"
 
@@ -541,6 +635,11 @@ async def main() -> None:
     parser.add_argument("--wakes", type=int, default=40)
     parser.add_argument("--pace", type=float, default=1.0, help="seconds between wakes")
     parser.add_argument("--wake-ab", action="store_true", help="(c) without warm workers first, then with them")
+    parser.add_argument(
+        "--warm", type=int, default=0, help="(c) also a burst of --wakes, with no pool, then a pool of N"
+    )
+    parser.add_argument("--burst-gap", type=float, default=0.02, help="seconds between the burst's wakes")
+    parser.add_argument("--warm-memory-share", type=float, default=0.2, help="ta.init's warm_memory_share for --warm")
     parser.add_argument("--skip", default="", help="parts to leave out, e.g. a,c")
     parser.add_argument("--profile", action="store_true", help="profile (b)'s agents (cProfile; slows them)")
     parser.add_argument("--held", action="store_true", help="(b) also with ta.init(first_chunk_at_once=False)")
@@ -666,6 +765,10 @@ async def main() -> None:
                             f"p50 <= 300: {verdict(sc['p50'] <= 0.3)}, p99 <= 600: {verdict(sc['p99'] <= 0.6)}",
                         )
                     )
+            if "c" not in skip and args.warm:
+                summary += await bench_burst_ab(
+                    init, handles, args.wakes, args.burst_gap, args.warm, args.warm_memory_share
+                )
             if "c" not in skip and args.shared:
                 # The same burst of wakes for agents with an actor each: every wake is a process starting.
                 picked = random.sample([h for h in handles if h not in picked], args.wakes)

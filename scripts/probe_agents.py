@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -10,7 +9,6 @@ from probe_facts import process_facts
 from scale_agents import PacedModel
 
 import think_actors as ta
-from think_actors import _warm
 from think_actors.chunks import DataChunk
 
 
@@ -30,7 +28,3 @@ class ProbeNapper(ta.Think):
         facts.update(init=self._constructed_at, init_end=self._constructed_end, turn=time.time())
         self.emit(DataChunk(type="data-probe", data=facts, transient=True))
         return None
-
-    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
-        # After the turn, as an agent actor of the package does once its start is over: start the next warm worker.
-        _warm.top_up_in_background(int(os.environ.get("PROBE_WARM", "0")))

@@ -13,7 +13,7 @@ wake takes), and as many bare Ray actors with the agents' actor options, and pri
   agent, the ``ready`` round trip, the chat call); ``first``: ``before_turn`` until the caller has the first chunk.
 
 Usage: python scripts/probe_wake.py [--wakes 12] [--pace 1.5] [--hook] [--system-config '{"key": value}']
-       [--warm N]  (keep N idle workers started ahead: see think_actors/_warm.py)
+       [--warm N]  (a warm pool of N per node, booted before the first wake: see think_actors/_warm.py)
 """
 
 from __future__ import annotations
@@ -68,6 +68,15 @@ def idle_workers() -> dict[int, float]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
+
+
+async def wait_for_pool(namespace: str, size: int) -> float:
+    """Seconds until this node's warm pool reports ``size`` booted processes."""
+    began = time.perf_counter()
+    while True:
+        if any(len(s["ready"]) >= size for s in await _warm.pool_statuses(namespace)):
+            return time.perf_counter() - began
+        await asyncio.sleep(0.5)
 
 
 def quantiles(values: list[float]) -> str:
@@ -163,7 +172,6 @@ async def main() -> None:
             "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "THINK_ACTORS_DATA_DIR": data_dir,
-            "PROBE_WARM": str(args.warm),  # ProbeNapper tops the node's warm workers up after each turn
         }
         runtime_env: dict[str, Any] | None = {"env_vars": env}
         if args.no_env:
@@ -175,9 +183,9 @@ async def main() -> None:
             runtime_env = runtime_env or {}
             runtime_env["worker_process_setup_hook"] = "probe_facts.setup_hook"
         began = time.perf_counter()
+        namespace = f"probe-{time.time_ns()}"
         if args.ta_init:
-            os.environ["PROBE_WARM"] = str(args.warm)  # a local raylet's workers inherit the driver's environment
-            ta.init(num_cpus=2, data_dir=data_dir, namespace=f"probe-{time.time_ns()}", warm_workers=args.warm)
+            ta.init(num_cpus=2, data_dir=data_dir, namespace=namespace, warm_workers=args.warm)
         ray.init(
             address="local",
             num_cpus=2,
@@ -188,10 +196,10 @@ async def main() -> None:
             ignore_reinit_error=True,
         )
         if not args.ta_init:
-            ta.init(data_dir=data_dir, namespace=f"probe-{time.time_ns()}")
+            ta.init(data_dir=data_dir, namespace=namespace, warm_workers=args.warm)
         print(f"ray.init {time.perf_counter() - began:.1f} s", flush=True)
         if args.warm:
-            print(f"warm workers asked for by the driver: {_warm.top_up(args.warm)}", flush=True)
+            print(f"warm pool booted in {await wait_for_pool(namespace, args.warm):.1f} s", flush=True)
         await asyncio.sleep(5)
         idle = idle_workers()
         print(f"idle workers 5 s after init: {len(idle)}, USS {sorted(round(v, 1) for v in idle.values())} MiB")

@@ -1,10 +1,13 @@
-"""Warm worker processes (issue 22): an agent's start leaves a warm idle worker, and the next agent takes it."""
+"""Warm worker pools (``think_actors/_warm.py``): a wake takes a booted process of its node's pool, the pool boots
+the successors, and the node's memory caps it. Checked by pid and by the pool's own status, never by timing."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
+from typing import Any
 
 import pytest
 import ray
@@ -13,55 +16,75 @@ from ray_agents import EntryAgent
 import think_actors as ta
 from think_actors import _warm
 
-pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.usefixtures("ray_runtime"),
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm processes are counted in /proc"),
+]
+
+SHARE = 0.2  # ta.init's default warm_memory_share
 
 
-def _registered(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")[0] == b"ray::IDLE"
-    except OSError:
-        return False
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return -1
-    return int(fields[11]) + int(fields[12])
-
-
-async def _warm_worker(within_s: float = 120.0, *, new_since: frozenset[int] = frozenset()) -> set[int]:
-    """The node's idle workers of this job once one has booted: titled ``ray::IDLE`` (it names itself before it
-    has registered with the raylet) and done computing (its set-up hook, which runs after the registration, has
-    ended: no CPU over half a second). A worker takes seconds to boot on a busy machine."""
+async def _pool(namespace: str, until: Any, within_s: float = 240.0) -> dict[str, Any]:
+    """This node's pool status once ``until(status)`` holds (a process boots in seconds on a busy machine)."""
     deadline = time.monotonic() + within_s
+    status: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        titled = {pid: _cpu_ticks(pid) for pid in _warm.idle_workers() or [] if _registered(pid)}
-        await asyncio.sleep(0.5)
-        booted = {pid for pid, ticks in titled.items() if ticks >= 0 and _cpu_ticks(pid) == ticks}
-        if booted - new_since:
-            return booted
-    raise AssertionError(f"no warm worker of this job on the node after {within_s:.0f} s")
+        statuses = await _warm.pool_statuses(namespace)
+        if statuses and until(status := statuses[0]):
+            return status
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the warm pool never got there in {within_s:.0f} s; last status {status}")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm workers are counted in /proc")
-async def test_an_agent_starts_on_the_warm_worker_the_last_start_left(unique: str) -> None:
-    first = await ta.spawn(EntryAgent, f"{unique}-a")  # its start tops the node's warm workers up
-    # Earlier tests' Ray tasks can leave idle workers of this job that Ray gives to tasks only, and they count as
-    # warm (the _warm docstring says so): ask for one more than are idle, so one an actor may take is there.
-    idle = frozenset(_warm.idle_workers() or [])
-    _warm.top_up(len(idle) + 1)
-    warm = await _warm_worker(new_since=idle)
+@pytest.fixture
+def namespace(ray_runtime: Any) -> Any:
+    """The session's namespace; the node's pool is back to the session's size (one) after the test."""
+    yield ray_runtime.namespace
+    _warm.start_pools(1, SHARE, ray_runtime.namespace)
+
+
+async def test_wakes_take_booted_processes_and_the_pool_boots_their_successors(namespace: str, unique: str) -> None:
+    # Idle workers that earlier tests' Ray tasks left count as the pool's, though Ray gives them to tasks only: a
+    # size two past what is idle now leaves at least two processes no task ever ran in.
+    size = len(_warm.idle_workers() or []) + 2
+    _warm.start_pools(size, SHARE, namespace)
+    before = await _pool(namespace, lambda s: len(s["ready"]) == size and not s["booting"])
+    taken = before["taken"]
+    first = await ta.spawn(EntryAgent, f"{unique}-a")
     second = await ta.spawn(EntryAgent, f"{unique}-b")
-    assert (await second.info())["pid"] in warm
-    assert (await first.info())["pid"] not in warm
-    # The start that took the warm worker left a successor, another process.
-    assert not (await _warm_worker()) & {(await second.info())["pid"]}
+    pids = {(await first.info())["pid"], (await second.info())["pid"]}
+    assert len(pids) == 2  # an actor each, a process each
+    assert pids <= set(before["ready"])  # both took a process the pool had booted
+    # Once the pool has seen both go (earlier tests' idle task workers that Ray ends count as taken too) and has
+    # booted their successors, new processes:
+    after = await _pool(namespace, lambda s: s["taken"] - taken >= 2 and len(s["ready"]) == size and not s["booting"])
+    assert not pids & set(after["ready"])
+    assert len(set(after["ready"]) - set(before["ready"])) >= 2
     for handle in (first, second):
         await handle.kill(restart=False)
+
+
+async def test_the_memory_cap_empties_a_pool_that_may_take_no_memory(
+    namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _pool(namespace, lambda s: len(s["ready"]) >= 1)
+    with caplog.at_level(logging.WARNING, logger="think_actors._warm"):
+        _warm.start_pools(3, 0.0, namespace)
+    assert "warm_workers=3: this node keeps 0 warm processes" in caplog.text
+    status = await _pool(namespace, lambda s: s["cap"] == 0 and not s["ready"] and not s["booting"])
+    assert status["size"] == 3
+    assert status["stopped"] >= 1  # the process it held was stopped, not left idle
+    asked = status["asked"]
+    _warm.start_pools(1, SHARE, namespace)  # room again: the pool boots one
+    status = await _pool(namespace, lambda s: s["cap"] is None and len(s["ready"]) >= 1)
+    assert status["asked"] > asked
+
+
+async def test_warm_workers_zero_leaves_no_process_idle(namespace: str) -> None:
+    _warm.start_pools(0, SHARE, namespace)
+    status = await _pool(namespace, lambda s: not s["ready"] and not s["booting"])
+    assert status["size"] == 0
 
 
 @ray.remote(num_cpus=0)
@@ -72,7 +95,3 @@ def _runtime_loaded_before_the_task() -> bool:
 async def test_every_worker_imports_the_runtime_before_its_first_task() -> None:
     # This module does not import the runtime (the package loads it lazily): only the set-up hook can have.
     assert await _runtime_loaded_before_the_task.remote() is True
-
-
-async def test_no_warm_workers_when_turned_off() -> None:
-    assert _warm.top_up(0) == 0

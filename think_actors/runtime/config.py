@@ -14,7 +14,7 @@ from typing import Any
 
 import ray
 
-from .._warm import SETUP_HOOK, top_up
+from .._warm import SETUP_HOOK, start_pools
 from ..errors import (
     ConfigurationError,
 )
@@ -39,7 +39,8 @@ class RuntimeConfig:
     log_level: int = logging.WARNING
     idle_timeout_s: float | None = None  # agents hibernate after this long without work (a class may override)
     fast_model_path: bool = True
-    warm_workers: int = 1  # idle worker processes each node keeps ready for the next agent to start (_warm)
+    warm_workers: int = 1  # warm agent processes each node keeps booted for the next wakes (_warm.WarmPool)
+    warm_memory_share: float = 0.2  # the most of a node's available memory its warm processes may take
     tracing: TracingConfig | None = None  # None: no spans (think_actors.tracing)
     shared_hosts: int = 1  # the actors that host the agents of classes with hosting = "shared" (shared.py)
     stream_channels: bool = True  # streamed calls' batches over direct connections, not Ray items (channel.py)
@@ -61,6 +62,7 @@ def init(
     quiet: bool = True,
     fast_model_path: bool | None = None,
     warm_workers: int = 1,
+    warm_memory_share: float = 0.2,
     tracing: bool | TracingConfig | None = None,
     first_chunk_at_once: bool = True,
     shared_hosts: int = 0,
@@ -86,8 +88,15 @@ def init(
     recovery counts an attempt, spends no budget: only a finite count ends that loop.
     ``fast_model_path`` lets the model-server pool stream OpenAI-wire providers through ``OpenAIWireClient``
     (default: on, unless ``$THINK_FAST_MODEL_PATH`` is ``0``); off, every model call goes through litellm.
-    ``warm_workers``: how many idle worker processes, with the package already imported, each node keeps ready
-    for the next agent to start or wake (≈52 MiB each; 0 turns it off): a wake then skips starting a process.
+    ``warm_workers``: how many agent processes each node keeps booted ahead, with Python, Ray and this package
+    loaded (default 1; 0 turns it off). A spawn or wake binds its agent to one of them, still an actor and a process
+    of its own, instead of starting a process: ≈0.1 s against ≈1.5-2 s on 2 cores, and a burst of 40 wakes with 40
+    warm ends within a second. Each idle one holds ≈54 MiB and ≈0.6 % of a core. A pool actor on each node boots
+    the successors in the background, about one a second per two cores, and waits while a burst is still taking the
+    processes it has left. Size it for the largest burst you expect: past it, each wake starts its own process, at
+    most as many at once as the node has CPUs (on 2 cores, the 10 wakes past a pool of 40 took ≈15 s at load 15).
+    ``warm_memory_share``: the most of a node's available memory the warm processes may take (default 0.2); a node
+    with less keeps fewer and logs a warning, and ends the processes past that.
     ``tracing``: OpenTelemetry spans of every agent (True, a ``ta.TracingConfig``, or False; default: as the
     driver's ``OTEL_*`` environment says), exported by every actor (the ``otel`` extra, see
     ``think_actors.tracing``).
@@ -136,7 +145,7 @@ def init(
             }
         kwargs.update(ray_kwargs)
         ray.init(**kwargs)
-    top_up(warm_workers)  # the first agent to start finds a warm process; each agent's start tops it up again
+    start_pools(warm_workers, warm_memory_share, namespace)  # each node's pool boots them in the background
     _config = RuntimeConfig(
         namespace=namespace,
         data_dir=resolved_dir,
@@ -148,6 +157,7 @@ def init(
         # Decided here, in the driver, so every model server of the cluster follows the driver's setting.
         fast_model_path=_fast_path_setting(fast_model_path),
         warm_workers=warm_workers,
+        warm_memory_share=warm_memory_share,
         first_chunk_at_once=first_chunk_at_once,
         # Fixed here: an agent's host is its path's hash over this count, the same in every process of the job.
         shared_hosts=shared_hosts or max(1, int(ray.cluster_resources().get("CPU", 1))),  # type: ignore[no-untyped-call]

@@ -22,7 +22,6 @@ import ray
 
 from .. import metrics, registry, tracing
 from .._turn import chain
-from .._warm import top_up_in_background
 from ..agent import Think
 from ..batching import BatchLimits, _batches, unpack_call
 from ..errors import (
@@ -211,9 +210,6 @@ class HostedAgent:
             log.exception("agent %r: its class's schedules could not be registered", self.path)
         if self.idle_timeout_s is not None and self.idle_timeout_s > 0:
             self._watch = asyncio.ensure_future(self._watch_idle(self.idle_timeout_s))
-        if self._own_process:
-            # This agent may have taken the node's warm worker: start its successor, now that the start is over.
-            top_up_in_background(self.config.warm_workers)
 
     async def _started(self) -> None:
         """Wait for the actor's own start of the agent, so no call overtakes the recovery that start schedules."""

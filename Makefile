@@ -19,7 +19,7 @@ MCP_NODE_STAMP := $(if $(NPM),tests/mcp_node/node_modules/.installed)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: help install demo serve test lint typecheck bench bench-peers clean
+.PHONY: help install demo serve test lint typecheck bench bench-quick bench-full bench-peers clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -75,22 +75,72 @@ lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the lay
 typecheck: $(STAMP) ## mypy --strict over the package
 	$(PY) -m mypy
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: harness vs bare loop; vs openai-agents and pydantic-ai; model path; 10k-message history; Ray; crash recovery; 100 WebSocket clients; scale (one node, a 3-node cluster, 1,000 agents through the gateway); MCP tool call vs plain tool; tracing off/on; scheduled prompts
-	$(PY) scripts/bench_turn.py
-	$(BENCH_PY) scripts/bench_peers.py
-	$(PY) scripts/bench_model_path.py
-	$(PY) scripts/bench_history.py
-	$(PY) scripts/bench_ray.py
-	$(PY) scripts/bench_recovery.py
-	$(PY) scripts/bench_gateway.py
-	$(PY) scripts/bench_scale.py --held --shared --skip a,c  # (b) on a fresh node; also first_chunk_at_once=False and hosting = "shared"
-	$(PY) scripts/bench_scale.py --shared --skip b  # (a) start rate and (c) wakes (and bursts) in their own Ray: (b) once ran 4-5x slower right after (a) (perf notes §13)
-	$(PY) scripts/bench_scale.py --cluster --agents 30 --shared  # head + 2 worker nodes here, PostgreSQL store (full size: 100)
-	$(PY) scripts/bench_gateway_scale.py --duration 30  # 1,000 addressable agents through the gateway (full: 60 s)
-	$(PY) scripts/bench_gateway_scale.py --duration 30 --shared  # the same, hosting = "shared"
-	$(PY) scripts/bench_mcp.py
-	$(PY) scripts/bench_tracing.py
-	$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200 --runner-agents 10000  # runners: 10,000 due in a minute; woken in their own actors: 200 (10,000 take two hours here)
+# The benchmarks of bench-quick, bench and bench-full: scripts/bench_summary.py runs each command in turn (adding
+# --json FILE to it), prints its own output as it goes, then one table of every figure beside its baseline measured
+# in the same run (figure | ours | baseline (same run) | ratio | target | met), and exits 1 if any command failed.
+# Rows for what a target leaves out say "not measured in this run". Seconds per command on 2 cores (measured at a
+# 1-minute load of 2-67 from other work; a quiet machine is faster): bench-quick: turn 3, peers 10, bench_live
+# --quick 140 (its budget). bench: turn 3, peers 30, model path 30, history 2, MCP 10, tracing 20, Ray 25, recovery
+# 20, gateway 2, bench_live 560 (its budget: 570), scale (b) 160, scale (a) and (c) 180, schedule 45: 18 min.
+BENCH_QUICK := \
+	"$(PY) scripts/bench_turn.py --turns 100" \
+	"$(BENCH_PY) scripts/bench_peers.py --turns 40 --rounds 4" \
+	"$(PY) scripts/bench_live.py --quick"
+BENCH_QUICK_LEFT_OUT := \
+	--not-run "bench_live's pace, tool-call and openai-agents rows: make bench" \
+	--not-run "model path, 10,000-message history, Ray, crash recovery, gateway, scale, MCP, tracing, schedule: make bench"
+BENCH := \
+	"$(PY) scripts/bench_turn.py" \
+	"$(BENCH_PY) scripts/bench_peers.py" \
+	"$(PY) scripts/bench_model_path.py --streams 20 --rounds 2" \
+	"$(PY) scripts/bench_history.py" \
+	"$(PY) scripts/bench_mcp.py" \
+	"$(PY) scripts/bench_tracing.py" \
+	"$(PY) scripts/bench_ray.py --turns 10" \
+	"$(PY) scripts/bench_recovery.py --crashes 5" \
+	"$(PY) scripts/bench_gateway.py" \
+	"$(PY) scripts/bench_live.py" \
+	"$(PY) scripts/bench_scale.py --shared --skip a,c --agents 50 --turns 3" \
+	"$(PY) scripts/bench_scale.py --shared --skip b --start 8 --rounds 2 --addressable 1000 --wakes 10" \
+	"$(PY) scripts/bench_schedule.py --mode runners --runner-agents 500 --window-s 20 --settle-s 5"
+BENCH_LEFT_OUT := \
+	--not-run "scale (b) at N = 100 and 200, and with first_chunk_at_once=False: make bench-full" \
+	--not-run "scale (d), (b) on a 3-node cluster with a PostgreSQL store: make bench-full" \
+	--not-run "gateway at scale, 1,000 addressable agents (an actor each, and shared): make bench-full" \
+	--not-run "schedule: 10,000 prompts due in a minute (runners), 200 woken in their own actors: make bench-full" \
+	--not-run "a burst of 40 wakes with an actor each, without and with warm_workers=40: make bench-full"
+# Everything at its full size: what `make bench` ran before it had a time budget (78 min here), and bench_live.
+# bench_scale's (b) runs on a fresh node, in a Ray of its own: it once ran 4-5x slower right after (a) (perf notes
+# §13). The cluster runs a head + 2 worker nodes here with a PostgreSQL store, 30 agents (full size: 100); the
+# gateway at scale runs 30 s (full: 60 s); scheduled prompts: 10,000 due in a minute through the runners, 200 woken
+# in their own actors (10,000 take two hours here).
+BENCH_FULL := \
+	"$(PY) scripts/bench_turn.py" \
+	"$(BENCH_PY) scripts/bench_peers.py" \
+	"$(PY) scripts/bench_model_path.py" \
+	"$(PY) scripts/bench_history.py" \
+	"$(PY) scripts/bench_ray.py" \
+	"$(PY) scripts/bench_recovery.py" \
+	"$(PY) scripts/bench_gateway.py" \
+	"$(PY) scripts/bench_live.py" \
+	"$(PY) scripts/bench_scale.py --held --shared --skip a,c" \
+	"$(PY) scripts/bench_scale.py --shared --skip b" \
+	"$(PY) scripts/bench_scale.py --cluster --agents 30 --shared" \
+	"$(PY) scripts/bench_scale.py --skip a,b --wakes 40 --warm 40" \
+	"$(PY) scripts/bench_gateway_scale.py --duration 30" \
+	"$(PY) scripts/bench_gateway_scale.py --duration 30 --shared" \
+	"$(PY) scripts/bench_mcp.py" \
+	"$(PY) scripts/bench_tracing.py" \
+	"$(PY) scripts/bench_schedule.py --tasks 10000 --agents 200 --runner-agents 10000"
+
+bench-quick: $(STAMP) $(BENCH_STAMP) ## Headline figures, under 3 min: in-process turn vs the bare loop, vs openai-agents and pydantic-ai, bench_live --quick's capacity ramps (floor relay, local, shared, actor); one summary table
+	$(PY) scripts/bench_summary.py $(BENCH_QUICK) $(BENCH_QUICK_LEFT_OUT)
+
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks, under 20 min, one summary table: turn vs bare loop, peers, model path, 10k-message history, MCP, tracing, Ray, crash recovery, 100 WebSocket clients, bench_live in full (~10 min), scale (b) at N=50, (a) start rate, (c) 10 wakes of 1,000 addressable, 500 scheduled prompts through the runners
+	$(PY) scripts/bench_summary.py $(BENCH) $(BENCH_LEFT_OUT)
+
+bench-full: $(STAMP) $(BENCH_STAMP) ## Every benchmark at full size, about 90 min, one summary table: bench's at full size, scale (b) at N=100 and 200, a 3-node cluster, 1,000 agents through the gateway, 10,000 scheduled prompts
+	$(PY) scripts/bench_summary.py $(BENCH_FULL)
 
 bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agents and pydantic-ai (own venv, .venv-bench)
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)

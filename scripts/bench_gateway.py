@@ -5,7 +5,7 @@ the clients run here. Each client connects, sends one chat request, and reads fr
 Prints p50/p99 time to the first chunk frame, turns per second over the whole run, and whether every answer
 arrived complete (20 text chunks each).
 
-Usage: python scripts/bench_gateway.py [--clients 100]
+Usage: python scripts/bench_gateway.py [--clients 100] [--json PATH]  (--json: the summary rows, bench_summary.py)
 """
 
 from __future__ import annotations
@@ -22,9 +22,11 @@ import time
 from pathlib import Path
 
 import aiohttp
+from bench_summary import summary_row, write_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED = "".join(f"word{i} " for i in range(20))
+SOURCE = "bench_gateway"
 
 
 def free_port() -> int:
@@ -60,7 +62,7 @@ async def client(session: aiohttp.ClientSession, base: str, i: int) -> tuple[flo
         return first, "".join(text) == EXPECTED
 
 
-async def main(clients: int) -> None:
+async def main(clients: int, json_path: str | None) -> None:
     port = free_port()
     with tempfile.TemporaryDirectory() as data_dir:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "scripts"), "THINK_ACTORS_DATA_DIR": data_dir}
@@ -101,9 +103,21 @@ async def main(clients: int) -> None:
     print(f"  time to first chunk  p50 {statistics.median(firsts) * 1000:7.1f} ms   p99 {p99 * 1000:7.1f} ms")
     print(f"  turns per second     {clients / elapsed:7.1f}   ({clients} turns in {elapsed:.2f} s)")
     print(f"  complete answers     {complete} of {clients}")
+    what = f"gateway --local, {clients} WebSocket clients at once:"
+    write_rows(
+        json_path,
+        [
+            summary_row(f"{what} first chunk p50", statistics.median(firsts) * 1e3, unit="ms", source=SOURCE),
+            summary_row(f"{what} first chunk p99", p99 * 1e3, unit="ms", source=SOURCE),
+            summary_row(f"{what} turns/s", clients / elapsed, unit="turns/s", source=SOURCE),
+            summary_row(f"{what} complete answers", complete, unit=f"of {clients}", source=SOURCE),
+        ],
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=100)
-    asyncio.run(main(parser.parse_args().clients))
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
+    args = parser.parse_args()
+    asyncio.run(main(args.clients, args.json))

@@ -26,7 +26,8 @@ hosts: a wake loads an agent into a running host, the resident count is the regi
 hosts' USS over the agents they hold.
 
 Usage: python scripts/bench_gateway_scale.py [--agents 1000] [--duration 60] [--clients 8] [--idle-timeout 20]
-       [--warm 1] [--handle-checks 3] [--resident 0] [--shared]
+       [--warm 1] [--handle-checks 3] [--resident 0] [--shared] [--json PATH]
+       (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import aiohttp
 import psutil
 import ray
+from bench_summary import summary_row, write_rows
 from scale_agents import Roamer, SharedRoamer
 
 import think_actors as ta
@@ -66,6 +68,7 @@ SLUG = "roamer"
 HOST_TITLE = "ray::AgentHost"  # the processes that hold resident agents (--shared: their shared hosts)
 TURN_TIMEOUT_S = 300.0
 REOPENS = 3  # a socket refused at its opening is opened again this many times
+SOURCE = "bench_gateway_scale"
 
 
 @dataclass
@@ -307,6 +310,7 @@ async def main() -> None:
     parser.add_argument(
         "--shared", action="store_true", help='agents of a class with hosting = "shared" (many to a process)'
     )
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     if args.shared:
         global AGENT, SLUG, HOST_TITLE
@@ -403,6 +407,22 @@ async def main() -> None:
     for what, measured in rows:
         print(f"| {what} | {measured} |")
     print(f"1-minute load average at the end: {load()} (over 2: other work shared the machine)", flush=True)
+    what = f"gateway, {args.agents:,} addressable agents{' (shared)' if args.shared else ''}, {args.duration:.0f} s:"
+    lost = len(run.failures) + len(wrong)
+    write_rows(
+        args.json,
+        [
+            summary_row(f"{what} turns/s", run.completed / elapsed, unit="turns/s", source=SOURCE),
+            summary_row(
+                f"{what} first chunk p99", percentile(firsts, 99) * 1e3 if firsts else None, unit="ms", source=SOURCE
+            ),
+            summary_row(f"{what} most agents resident at once", seen["most_resident"], unit="", source=SOURCE),
+            summary_row(f"{what} USS per resident agent (median)", memory["per_agent"], unit="MiB", source=SOURCE),
+            summary_row(
+                f"{what} turns lost and stores not matching", lost, unit="", source=SOURCE, target="none", met=lost == 0
+            ),
+        ],
+    )
     if run.failures or wrong:
         sys.exit(1)
 

@@ -6,7 +6,8 @@ so the time per append must stay flat (the ratio 10,000 vs 100 is printed). A tu
 view of the whole history (repair, overlay, truncation, conversion), so its cost grows with the history; the
 compaction overlay is what keeps the model's view short.
 
-Usage: python scripts/bench_history.py [--messages 10000] [--appends 300]
+Usage: python scripts/bench_history.py [--messages 10000] [--appends 300] [--json PATH]
+       (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_summary import summary_row, write_rows
 
 import think_actors as ta
 from think_actors.compaction import create_compact_function
@@ -109,7 +112,7 @@ async def measure(size: int, appends: int, directory: Path) -> dict[str, float]:
     }
 
 
-async def main(messages: int, appends: int) -> None:
+async def main(messages: int, appends: int, json_path: str | None) -> None:
     sizes = sorted({100, min(1000, messages), messages})
     with tempfile.TemporaryDirectory() as tmp:
         rows = [await measure(size, appends, Path(tmp)) for size in sizes]
@@ -134,11 +137,38 @@ async def main(messages: int, appends: int) -> None:
         f"turn at {big['messages']:.0f} messages: {big['turn_ms']:.2f} ms whole history, "
         f"{big['turn_after_compaction_ms']:.2f} ms once compacted to {big['view']:.0f} messages in the model's view"
     )
+    source = "bench_history"
+    write_rows(
+        json_path,
+        [
+            summary_row(
+                f"history: append at {big['messages']:,.0f} messages vs at {small['messages']:.0f} (flat means ~1x)",
+                big["append_us"],
+                small["append_us"],
+                unit="µs",
+                source=source,
+            ),
+            summary_row(
+                f"history: turn at {big['messages']:,.0f} messages, whole history vs once compacted",
+                big["turn_ms"],
+                big["turn_after_compaction_ms"],
+                unit="ms",
+                source=source,
+            ),
+            summary_row(
+                f"history: load (agent start) of {big['loaded']:,.0f} messages",
+                big["load_ms"],
+                unit="ms",
+                source=source,
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--appends", type=int, default=300)
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
-    asyncio.run(main(args.messages, args.appends))
+    asyncio.run(main(args.messages, args.appends, args.json))

@@ -11,7 +11,8 @@ A second table times the bare call (no agent): the function, and ``McpConnection
 
 All in one process and its server subprocesses, on one machine: no network beyond loopback, no Ray.
 
-Usage: python scripts/bench_mcp.py [--calls 20] [--rounds 15]
+Usage: python scripts/bench_mcp.py [--calls 20] [--rounds 15] [--json PATH]  (--json: the summary rows,
+       scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_summary import summary_row, write_rows
 
 import think_actors as ta
 from think_actors.testing import ScriptedModel, text, tool_call
@@ -144,6 +147,20 @@ async def main(args: argparse.Namespace, port: int, http_server: subprocess.Pope
         print("  bare call, no agent:")
         for name, seconds in bare.items():
             print(f"    {name:<26} {seconds * 1e6:>10.1f} µs")
+        write_rows(
+            args.json,
+            [
+                summary_row(
+                    f"MCP: turn of {args.calls} tool calls, {name} vs a plain @ta.tool",
+                    statistics.median(times[name]) * 1e3,
+                    plain * 1e3,
+                    unit="ms",
+                    source="bench_mcp",
+                )
+                for name in ways
+                if name.startswith("MCP")
+            ],
+        )
     finally:
         await agent.close()
 
@@ -155,6 +172,7 @@ if __name__ == "__main__":
     parser.add_argument("--bare", type=int, default=300, help="bare MCP calls per transport")
     parser.add_argument("--serve", choices=("stdio", "http"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     options = parser.parse_args()
     if options.serve:
         serve(options.serve, options.port)

@@ -11,7 +11,8 @@ The scripted OpenAI-compatible server runs in another process, so only the clien
     streams to the driver with 8 streams at once, fast path vs litellm, and the chunks per CPU-second the actor
     spends (its process's CPU time), i.e. what it sustains on one core.
 
-Usage: python scripts/bench_model_path.py [--streams 30] [--skip-ray]
+Usage: python scripts/bench_model_path.py [--streams 30] [--skip-ray] [--json PATH]
+       (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import aiohttp
 import psutil
+from bench_summary import summary_row, write_rows
 
 SMALL, LARGE = 200, 1000
 CONCURRENT = 8
@@ -218,6 +220,7 @@ async def main() -> None:
     parser.add_argument("--streams", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3, help="rounds of 8 concurrent streams per pool run")
     parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     server, base_url = start_server()
     try:
@@ -259,6 +262,36 @@ async def main() -> None:
             f"    fast path / litellm: {pool['fast'][0] / pool['litellm'][0]:.1f}x chunks/s, "
             f"{pool['fast'][1] / pool['litellm'][1]:.1f}x per CPU-second"
         )
+    source = "bench_model_path"
+    rows = [
+        summary_row(
+            "model path: client CPU per streamed chunk, fast path vs raw aiohttp + json",
+            fast * 1e6,
+            floor * 1e6,
+            unit="µs",
+            source=source,
+            target="ratio ≤ 1.3",
+            met=fast <= 1.3 * floor,
+        ),
+        summary_row(
+            "model path: client CPU per streamed chunk, fast path vs litellm",
+            fast * 1e6,
+            lite * 1e6,
+            unit="µs",
+            source=source,
+        ),
+    ]
+    if pool:
+        rows.append(
+            summary_row(
+                f"one model-server actor, {CONCURRENT} streams at once: fast path vs litellm",
+                pool["fast"][0],
+                pool["litellm"][0],
+                unit="chunks/s",
+                source=source,
+            )
+        )
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

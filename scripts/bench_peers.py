@@ -48,7 +48,8 @@ alike. Per-turn overhead is a path's median turn (N=200) minus the floor's; the 
 from N=200 to N=1000 minus the floor's slope. The target (issue 9): think_actors at most 0.25x the best peer's
 per-turn overhead.
 
-Usage: .venv-bench/bin/python scripts/bench_peers.py [--turns 200] [--rounds 10]
+Usage: .venv-bench/bin/python scripts/bench_peers.py [--turns 200] [--rounds 10] [--json PATH]
+       (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from bench_summary import summary_row, write_rows
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -405,6 +407,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200, help="timed turns per path and N")
     parser.add_argument("--rounds", type=int, default=10, help="interleaving rounds the turns are split into")
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     sizes = (SMALL, LARGE)
     times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in PATHS for n in sizes}
@@ -455,6 +458,36 @@ async def main() -> None:
         f"  {HEADLINE} / best peer ({best}): per-turn overhead {ratio:.2f}x"
         f" (target ≤ 0.25x: {'met' if ratio <= 0.25 else 'NOT met'}), per-chunk overhead {chunk_ratio:.2f}x"
     )
+    source = "bench_peers"
+    rows = [
+        summary_row(
+            f"peers: overhead over the bare loop per {SMALL}-chunk turn, vs {best} (the best peer)",
+            overhead[HEADLINE] * 1e3,
+            overhead[best] * 1e3,
+            unit="ms",
+            source=source,
+            target="ratio ≤ 0.25",
+            met=ratio <= 0.25,
+        ),
+        summary_row(
+            f"peers: overhead over the bare loop per chunk, vs {best}",
+            (slope[HEADLINE] - slope["floor"]) * 1e6,
+            (slope[best] - slope["floor"]) * 1e6,
+            unit="µs",
+            source=source,
+        ),
+    ]
+    rows += [
+        summary_row(
+            f"peers: {SMALL}-chunk turn, vs {peer}",
+            median[HEADLINE, SMALL] * 1e3,
+            median[peer, SMALL] * 1e3,
+            unit="ms",
+            source=source,
+        )
+        for peer in PEERS
+    ]
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
     (request -> first event, -> last event); the ms the hop adds vs Ray's actor -> actor floor (a bare actor
     taking two items from another), target <= the floor + 1 ms.
 
-Usage: python scripts/bench_ray.py [--turns 20] [--streams-only]  (--streams-only: (a) and (d), no (b) or (c))
+Usage: python scripts/bench_ray.py [--turns 20] [--streams-only] [--json PATH]
+       (--streams-only: (a) and (d), no (b) or (c); --json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -43,12 +44,14 @@ from bench_agents import (
     bare_stream,
     fan_out_script,
 )
+from bench_summary import summary_row, write_rows
 
 import think_actors as ta
 from think_actors.runtime import RuntimeConfig
 
 CHUNKS = 500
 PACE_S = 0.2
+SOURCE = "bench_ray"
 
 
 async def timed_stream(stream: Any, first_type: str | None = None) -> tuple[float, float, int]:
@@ -158,10 +161,20 @@ async def bench_fan_out(children: int, turns: int) -> float:
     return statistics.median(times)
 
 
+def added_row(figure: str, r: dict[str, float]) -> dict[str, object]:
+    """The ms an agent's path adds over the same stream in process, beside Ray's own floor; target floor + 1 ms."""
+    added = (r["remote_total"] - r["local_total"]) * 1e3
+    floor = r["floor"] * 1e3
+    return summary_row(
+        figure, added, floor, unit="ms", source=SOURCE, target="ours ≤ baseline + 1 ms", met=added <= floor + 1
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--streams-only", action="store_true", help="only (a) and (d)")
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         ta.init(num_cpus=2, data_dir=data_dir)
@@ -214,6 +227,56 @@ async def main() -> None:
         print(f"      {label:13} first event {hop[first] * 1e3:6.2f} ms   stream {hop[total] * 1e3:7.2f} ms")
     print(f"      first event added {(hop['remote_ttfc'] - hop['local_ttfc']) * 1e3:.2f} ms")
     print_added("agent <- model-server actor", hop, "actor -> actor, 2 items")
+    rows = []
+    for label, r in (("unpaced", unpaced), ("paced", paced)):
+        rows.append(
+            summary_row(
+                f"Ray: {CHUNKS}-chunk turn, driver <- agent actor vs in process, {label}",
+                r["remote_total"] * 1e3,
+                r["local_total"] * 1e3,
+                unit="ms",
+                source=SOURCE,
+                target="ratio ≤ 1.3" if r is paced else None,
+                met=r["remote_total"] / r["local_total"] <= 1.3 if r is paced else None,
+            )
+        )
+        rows.append(added_row(f"Ray: ms the agent actor adds to the {label} turn, vs a bare Ray actor's", r))
+    rows.append(
+        summary_row(
+            f"Ray: first chunk, driver <- agent actor vs in process, paced {PACE_S * 1000:.0f} ms/step",
+            paced["remote_ttfc"] * 1e3,
+            paced["local_ttfc"] * 1e3,
+            unit="ms",
+            source=SOURCE,
+            target="ours - baseline ≤ 5 ms",
+            met=(paced["remote_ttfc"] - paced["local_ttfc"]) * 1e3 <= 5,
+        )
+    )
+    if not args.streams_only:
+        rows.append(
+            summary_row(
+                "Ray: fan-out to 8 children vs 1 child",
+                eight,
+                one,
+                unit="s",
+                source=SOURCE,
+                target="ratio ≤ 1.5",
+                met=eight / one <= 1.5,
+            )
+        )
+        rows.append(
+            summary_row(
+                "Ray: USS of an idle agent actor vs a bare Ray actor",
+                agent_mem[1],
+                bare_mem[1],
+                unit="MiB",
+                source=SOURCE,
+                target="ours ≤ 60 MiB",
+                met=agent_mem[1] <= 60,
+            )
+        )
+    rows.append(added_row("Ray: ms the agent <- model-server hop adds, vs a bare actor -> actor stream", hop))
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Split into Ray's part (crash -> the agent's constructor runs again in the new ac
 part (constructor -> first chunk of the resumed turn: store open, reconciliation, the recovery turn up to its
 model's first token). The cost the ledger adds to an uncrashed turn is measured by scripts/bench_turn.py.
 
-Usage: python scripts/bench_recovery.py [--crashes 10]
+Usage: python scripts/bench_recovery.py [--crashes 10] [--json PATH]  (--json: the summary rows, bench_summary.py)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_agents import RecoveringAgent, RecoveryClock
+from bench_summary import summary_row, write_rows
 
 from think_actors.runtime import init, shutdown, spawn
 
@@ -42,7 +43,7 @@ async def one(i: int, namespace: str) -> tuple[float, float, float]:
     raise RuntimeError("the turn was not resumed within 60 s")
 
 
-async def main(crashes: int) -> None:
+async def main(crashes: int, json_path: str | None) -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         config = init(num_cpus=2, data_dir=data_dir, model_pool_size=1)
         try:
@@ -54,9 +55,24 @@ async def main(crashes: int) -> None:
     print(f"  crash -> first chunk of the resumed turn   {total * 1000:8.1f} ms")
     print(f"    crash -> actor back (Ray restart)        {ray_part * 1000:8.1f} ms")
     print(f"    actor back -> first chunk (think_actors) {harness * 1000:8.1f} ms")
+    write_rows(
+        json_path,
+        [
+            summary_row("crash -> first chunk of the resumed turn", total * 1e3, unit="ms", source="bench_recovery"),
+            summary_row(
+                "  of it: think_actors' part (actor back -> first chunk) vs Ray's restart (crash -> actor back)",
+                harness * 1e3,
+                ray_part * 1e3,
+                unit="ms",
+                source="bench_recovery",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--crashes", type=int, default=10)
-    asyncio.run(main(parser.parse_args().crashes))
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
+    args = parser.parse_args()
+    asyncio.run(main(args.crashes, args.json))

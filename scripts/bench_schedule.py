@@ -22,7 +22,8 @@ Two measurements, each printed as one JSON line:
     ran once, how many processes are resident at the end, and the runners' memory (USS, from ``/proc``).
 
 Usage: python scripts/bench_schedule.py [--mode scheduler|agents|runners|both|all] [--tasks 10000]
-       [--agents 10000] [--runner-agents 10000] [--window-s 60] [--store URL]
+       [--agents 10000] [--runner-agents 10000] [--window-s 60] [--store URL] [--json PATH]
+       (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ray
+from bench_summary import summary_row, write_rows
 
 import think_actors as ta
 from think_actors.runtime.scheduler_actor import schedules_of
 from think_actors.schedule import AgentSchedules, FireRecord, Scheduler, open_schedule_store
+
+SOURCE = "bench_schedule"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -283,6 +287,15 @@ async def bench_runners(agents: int, window_s: float, settle_s: float) -> dict[s
     return result
 
 
+def lateness_rows(figure: str, result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lateness p99 and how many fired, of a mode's result."""
+    expected = result["expected"]
+    return [
+        summary_row(f"{figure}: lateness p99", result["lateness_p99_ms"], unit="ms", source=SOURCE),
+        summary_row(f"{figure}: fired", result["fired"], unit=f"of {expected:,}", source=SOURCE),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["scheduler", "agents", "runners", "both", "all"], default="all")
@@ -293,15 +306,25 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=2.0)
     parser.add_argument("--settle-s", type=float, default=10.0)
     parser.add_argument("--store", default=None, help="schedule store URL for --mode scheduler (default SQLite)")
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    window = f"due within {args.window_s:.0f} s"
+    rows = []
     if args.mode in ("scheduler", "both", "all"):
-        print(json.dumps(asyncio.run(bench_scheduler(args.tasks, args.window_s, args.store))), flush=True)
+        result = asyncio.run(bench_scheduler(args.tasks, args.window_s, args.store))
+        print(json.dumps(result), flush=True)
+        rows += lateness_rows(f"schedule: the scheduler alone, {args.tasks:,} tasks {window}", result)
     if args.mode in ("agents", "both", "all"):
-        print(json.dumps(asyncio.run(bench_agents(args.agents, args.window_s, args.idle_s, args.settle_s))), flush=True)
+        result = asyncio.run(bench_agents(args.agents, args.window_s, args.idle_s, args.settle_s))
+        print(json.dumps(result), flush=True)
+        rows += lateness_rows(f"schedule: {args.agents:,} agents {window}, each woken in its own actor", result)
     if args.mode in ("runners", "all"):
         result = asyncio.run(bench_runners(args.runner_agents, args.window_s, args.settle_s))
         print(json.dumps(result), flush=True)
+        figure = f"schedule: {args.runner_agents:,} agents {window}, through the runners"
+        rows += lateness_rows(f"{figure}, to the turn's start", {**result, **result["to_turn_start"]})
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ rounds so the machine's load reaches them alike:
 - ``on``: tracing on, every span through the SDK's BatchSpanProcessor to an exporter that drops them (the cost in
   the turn's own thread; exporting over the network happens in the processor's thread).
 
-Usage: python scripts/bench_tracing.py [--turns 300] [--rounds 7]
+Usage: python scripts/bench_tracing.py [--turns 300] [--rounds 7] [--json PATH]  (--json: the summary rows,
+       scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_summary import summary_row, write_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 # The commits that put tracing calls into the turn's code (driver, loop, tool calls, journal; recovery and the
@@ -137,6 +140,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tracing-") as tmp:
         baseline = Path(tmp) / "without"
@@ -169,6 +173,27 @@ async def main() -> None:
     off_added = (medians["off"] / base - 1) * 100
     print(f"tracing off adds {off_added:+.2f} % (target <= 2 %: {'met' if off_added <= 2 else 'NOT met'})")
     print(f"({elapsed:.0f} s; load average {os.getloadavg()[0]:.2f})")
+    write_rows(
+        args.json,
+        [
+            summary_row(
+                "tracing off: in-process turn vs the code without tracing",
+                medians["off"],
+                base,
+                unit="ms",
+                source="bench_tracing",
+                target="ours ≤ baseline + 2 %",
+                met=off_added <= 2,
+            ),
+            summary_row(
+                "tracing on (spans made, dropped): in-process turn vs the code without tracing",
+                medians["on"],
+                base,
+                unit="ms",
+                source="bench_tracing",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

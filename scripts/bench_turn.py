@@ -8,7 +8,7 @@ cost per chunk (the slope) and the fixed cost per turn (the intercept).
 A third row runs the harness with the durable-turn ledger switched off (no turn record, chunk log or effect
 ledger), so the ledger's own cost per turn and per chunk is measured side by side.
 
-Usage: python scripts/bench_turn.py [--turns 200]
+Usage: python scripts/bench_turn.py [--turns 200] [--json PATH]  (--json: the summary rows, scripts/bench_summary.py)
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_summary import summary_row, write_rows
 
 import think_actors as ta
 from think_actors._turn import driver, journal, tool_calls
@@ -150,6 +152,7 @@ async def measure(kind: str, chunks: int, turns: int, data_dir: str) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
         results = {}
@@ -179,6 +182,44 @@ async def main() -> None:
     print(
         f"  ratios harness/floor: per chunk {rows['harness'][0] / rows['floor'][0]:.1f}x, "
         f"per turn {rows['harness'][1] / max(rows['floor'][1], 1e-9):.1f}x"
+    )
+    source = "bench_turn"
+    write_rows(
+        args.json,
+        [
+            summary_row(
+                f"in-process turn, {SMALL} chunks, vs the bare loop",
+                results["harness", SMALL] * 1e3,
+                results["floor", SMALL] * 1e3,
+                unit="ms",
+                source=source,
+            ),
+            summary_row(
+                "in-process turn: cost per chunk",
+                rows["harness"][0] * 1e6,
+                rows["floor"][0] * 1e6,
+                unit="µs",
+                source=source,
+                target="ours - baseline ≤ 7 µs",
+                met=chunk_cost <= 7e-6,
+            ),
+            summary_row(
+                "in-process turn: fixed cost per turn",
+                rows["harness"][1] * 1e3,
+                rows["floor"][1] * 1e3,
+                unit="ms",
+                source=source,
+                target="ours - baseline ≤ 3 ms",
+                met=turn_cost <= 3e-3,
+            ),
+            summary_row(
+                "in-process turn: per chunk, vs the same with the durable ledger off",
+                rows["harness"][0] * 1e6,
+                rows["no-ledger"][0] * 1e6,
+                unit="µs",
+                source=source,
+            ),
+        ],
     )
 
 

@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
 from live_load import Load, percentile
-from live_report import CLIENT_CORE_WARN, HEADER, Result, print_row, print_summary, summary, summary_json
+from live_report import CLIENT_CORE_WARN, HEADER, Result, cores, print_row, print_summary, summary, summary_json
 from live_systems import BENCH_PYTHON, SPECS, Provider, StartError, System
 from paced_provider import answer
 
@@ -86,7 +86,7 @@ class Plan:
     max_steps: int
     bisections: int
     side_window_s: float = 0.0  # the pace and tool steps'
-    idle_s: float = 3.0  # the baseline's CPU: the quietest half second of this long
+    idle_s: float = 3.0  # the baseline's CPU: the quietest half second of this long (0: not measured)
     budget_s: float = 570.0  # the whole run's; each ramp stops early to keep to its share
     sides_s: float = 0.0  # what a system's pace and tool steps take, about
     paces: tuple[float, ...] = ()
@@ -111,7 +111,7 @@ QUICK = Plan(
     start=STARTS,
     max_steps=2,
     bisections=0,
-    idle_s=1.0,
+    idle_s=0.0,  # a Ray node still boots workers for seconds after its start: too short a look misleads
     budget_s=140.0,
 )
 
@@ -285,11 +285,11 @@ async def run_system(name: str, plan: Plan, provider: Provider, args: argparse.N
             before = system.cpu()
             await asyncio.sleep(0.5)
             slices.append(sum(System.cpu_delta(before, system.cpu()).values()) / 0.5)
-        result.idle_cores = min(slices)
+        result.idle_cores = min(slices) if slices else None
         result.baseline_mib, processes, _ = await asyncio.to_thread(system.uss_mib)
         print(
             f"  baseline, no conversation: USS {result.baseline_mib:.0f} MiB in {processes} processes, "
-            f"CPU {result.idle_cores:.3f} cores",
+            f"CPU {cores(result.idle_cores)}",
             flush=True,
         )
         async with Load(system.agent_url, answer(TOKENS)) as load:

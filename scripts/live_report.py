@@ -21,7 +21,7 @@ class Result:
     stopped_by: str = ""
     baseline_mib: float = 0.0  # USS with no conversation
     warm_mib: float = 0.0  # USS once the warm-up's WARM_USERS conversations had a turn each (lazy start-up done)
-    idle_cores: float = 0.0  # the system's CPU with no conversation
+    idle_cores: float | None = None  # the system's CPU with no conversation (None: not measured)
     took_s: float = 0.0
 
 
@@ -87,6 +87,10 @@ def same_n_rows(a: Result, b: Result) -> tuple[dict[str, Any] | None, dict[str, 
     return pass_row(a), pass_row(b)
 
 
+def cores(value: float | None) -> str:
+    return "not measured" if value is None else f"{value:.3f} cores"
+
+
 def pass_row(result: Result) -> dict[str, Any] | None:
     rows = [r for r in result.rows if r["phase"] == "ramp" and r["passed"] and r["n"] == result.largest]
     return rows[-1] if rows else None
@@ -104,7 +108,13 @@ def summary(results: dict[str, Result], cap: int) -> list[dict[str, Any]]:
     for name, result in results.items():
         row = pass_row(result)
         n = f"{result.largest}" + (f" (the cap: at least {cap})" if result.capped else "")
-        add("largest N (added first-token p99 < 100 ms, nothing lost), 50 tok/s", name, n, ours=result.largest)
+        add(
+            "largest N (added first-token p99 < 100 ms, nothing lost), 50 tok/s",
+            name,
+            n,
+            ours=result.largest,
+            unit="conversations",
+        )
         if row is None:
             continue
         add(
@@ -132,7 +142,7 @@ def summary(results: dict[str, Result], cap: int) -> list[dict[str, Any]]:
             "  USS per conversation at that N (marginal: over the warm-up's); baseline, no conversation",
             name,
             f"{row['mib_per_conversation']:.2f} ({row['mib_per_added_conversation']:.2f}) MiB; "
-            f"{result.baseline_mib:.0f} MiB, {result.idle_cores:.3f} cores",
+            f"{result.baseline_mib:.0f} MiB, {cores(result.idle_cores)}",
             ours=row["mib_per_conversation"],
             unit="MiB",
         )

@@ -54,10 +54,17 @@ async def start_gateways(
         address = node.get("NodeManagerAddress")
         if not node.get("Alive") or address in addresses:
             continue  # several simulated nodes on one machine share its port: one gateway per machine
-        addresses.add(address)
         actor = GatewayServer.options(  # type: ignore[attr-defined]
             namespace=config.namespace,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
         ).remote(config, app_module, options)
-        started.append((actor, await _call(actor.start.remote(host, port))))
+        try:
+            url = await _call(actor.start.remote(host, port))
+        except BaseException:
+            # Not marked as served: the next look (``serve`` checks every few seconds) starts another, where a
+            # gateway killed during its start used to leave the machine without one for good.
+            ray.kill(actor)
+            raise
+        addresses.add(address)
+        started.append((actor, url))
     return started

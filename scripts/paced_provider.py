@@ -172,12 +172,6 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=60)
     args = parser.parse_args()
     provider = PacedProvider(first_token_s=args.first_token_s, tokens_per_s=args.tokens_per_s, tokens=args.tokens)
-    try:
-        import uvloop  # type: ignore[import-not-found]
-
-        uvloop.install()
-    except ImportError:
-        pass
     asyncio.run(serve(args.host, args.port, provider))
 
 

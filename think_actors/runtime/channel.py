@@ -101,16 +101,15 @@ class Inflow:
         """Until a frame arrives, the connection breaks, ``wake`` is called, or ``timeout_s`` passes."""
         if self.frames or self.ended or self.closed:
             return
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        timer = None if timeout_s is None else loop.call_later(timeout_s, self.wake)
         try:
-            if timeout_s is None:
-                await self._waiter
-            else:
-                await asyncio.wait_for(asyncio.shield(self._waiter), timeout_s)
-        except TimeoutError:
-            pass
+            await self._waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
 
 class Inbox:
@@ -199,7 +198,8 @@ class _Receiver(asyncio.Protocol):
             inflow = streams.get(stream)
             if inflow is not None:  # else its consumer gave up on it
                 inflow.connection = self
-                inflow.put(bytes(buffer[start:offset]))
+                with memoryview(buffer) as view:  # one copy of the frame, not two
+                    inflow.put(bytes(view[start:offset]))
         if offset:
             del buffer[:offset]
 

@@ -122,13 +122,12 @@ class PooledModel:
         self._next = 0
         self._model_info: dict[str, ModelInfo | None] = {}
         self._up: list[Any] = []  # the servers known to have started, in the order they did
-        self._watching = False
-        self._watches: list[asyncio.Task[None]] = []
+        self._watches: list[asyncio.Task[None]] = []  # their starts, watched from the first call in a loop
 
     def _server(self) -> Any:
         """The next server, round robin over those that have started: a server still booting (litellm's import
         takes seconds) gets no request while another is up, so no call waits for its boot."""
-        if not self._watching:
+        if not self._watches:
             self._watch_starts()
         servers = self._up or self._servers
         server = servers[self._next % len(servers)]
@@ -140,7 +139,6 @@ class PooledModel:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop yet: plain round robin until a call from one
-        self._watching = True
         self._watches = [loop.create_task(self._started(server)) for server in self._servers]
 
     async def _started(self, server: Any) -> None:

@@ -262,7 +262,8 @@ async def run_system(name: str, plan: Plan, provider: Provider, args: argparse.N
     result = Result(name)
     began = time.perf_counter()
     await asyncio.to_thread(provider.set_pace, PACE)
-    system = System(name, provider.base, ray_worker_niceness=args.ray_worker_niceness)
+    options = {"ray_worker_niceness": args.ray_worker_niceness, "stream_latency_ms": args.stream_latency_ms}
+    system = System(name, provider.base, **options)
     try:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
@@ -273,7 +274,7 @@ async def run_system(name: str, plan: Plan, provider: Provider, args: argparse.N
                 await asyncio.to_thread(system.stop)
                 if attempt == START_ATTEMPTS:
                     raise
-                system = System(name, provider.base, ray_worker_niceness=args.ray_worker_niceness)
+                system = System(name, provider.base, **options)
         print(
             f"\n{SPECS[name].label}: up in {time.perf_counter() - began:.1f} s at {system.url} "
             f"(load average {load1():.1f})",
@@ -351,6 +352,12 @@ async def main() -> None:
         default=None,
         help="RAY_worker_niceness for the Ray systems (default: Ray's own, 15: agents and the gateway actor yield "
         "the CPU to the clients and the provider, which share this machine)",
+    )
+    parser.add_argument(
+        "--stream-latency-ms",
+        type=float,
+        default=0.0,
+        help="the Ray systems' latency budget (serve --stream-latency-ms; default 0: each token sent at once)",
     )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL

@@ -158,9 +158,17 @@ class Provider:
 class System:
     """One server under test: started, measured, stopped."""
 
-    def __init__(self, name: str, provider_base: str, *, ray_worker_niceness: int | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        provider_base: str,
+        *,
+        ray_worker_niceness: int | None = None,
+        stream_latency_ms: float = 0.0,
+    ) -> None:
         self.name = name
         self.ray_worker_niceness = ray_worker_niceness
+        self.stream_latency_ms = stream_latency_ms  # the Ray systems' ``serve --stream-latency-ms``
         self.spec = SPECS[name]
         self.provider_base = provider_base
         self.dir = Path(tempfile.mkdtemp(prefix=f"bl-{name}-"))  # short: Ray's socket paths live under it
@@ -193,6 +201,7 @@ class System:
             ready = "Running on"
         else:
             command = [str(SERVE), "serve", "--app", "live_agents", "--port", str(port)]
+            command += ["--stream-latency-ms", str(self.stream_latency_ms)]
             ready = "gateway serving"
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(

@@ -5,7 +5,7 @@ each chat with an agent of their own: send a message, read the streamed answer, 
 ``--duration`` seconds. Prints the CPU seconds every process spent per streamed token, grouped by role (the
 gateway, the agents' processes, the model servers, the raylet, the GCS, the clients, the provider).
 
-Usage: python scripts/probe_live.py [--users 10] [--duration 30] [--shared] [--local] [--tokens-per-s 50]
+Usage: python scripts/probe_live.py [--users 10] [--duration 30] [--shared] [--tokens-per-s 50] [--stream-latency-ms 40]
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ async def main() -> None:
     parser.add_argument("--tokens-per-s", type=float, default=50)
     parser.add_argument("--tokens", type=int, default=60)
     parser.add_argument("--first-token-s", type=float, default=0.3)
+    parser.add_argument("--stream-latency-ms", type=float, default=0.0, help="ta.init(stream_latency_ms=...)")
     parser.add_argument("--profile", default="", help="py-spy the gateway/agents to this directory")
     args = parser.parse_args()
     provider, base = start_provider(args)
@@ -133,7 +134,12 @@ async def main() -> None:
     slug = "shared-live-chat" if args.shared else "live-chat"
     try:
         with tempfile.TemporaryDirectory() as data_dir:
-            ta.init(num_cpus=2, data_dir=data_dir, namespace=f"probe-live-{time.time_ns()}")
+            ta.init(
+                num_cpus=2,
+                data_dir=data_dir,
+                namespace=f"probe-live-{time.time_ns()}",
+                stream_latency_ms=args.stream_latency_ms,
+            )
             [(_gateway, url)] = await start_gateways("live_agents", host="127.0.0.1", port=0, options={})
             seen = {"tokens": 0, "turns": 0, "first": [], "gaps": []}
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:

@@ -18,6 +18,7 @@ from ray.exceptions import RayTaskError
 from think_actors.batching import _batches, _pack
 from think_actors.errors import ConfigurationError, StreamChannelError
 from think_actors.runtime import RuntimeConfig
+from think_actors.runtime import config as config_module
 from think_actors.runtime import stream as stream_module
 from think_actors.runtime.channel import _HEADER, END, Inbox, ReplyTo, deliver, sent_marker
 from think_actors.runtime.stream import RemoteStream
@@ -221,3 +222,37 @@ async def test_a_stream_dropped_unread_lets_its_inflow_go() -> None:
     del stream
     assert inbox._streams == {}
     inbox.close()
+
+
+async def paced_every(items: list[Any], gap_s: float) -> AsyncIterator[Any]:
+    for item in items:
+        await asyncio.sleep(gap_s)
+        yield item
+
+
+@pytest.mark.parametrize("latency_ms", [0.0, 60.0])
+async def test_a_latency_budget_sends_tokens_together_and_the_first_at_once(latency_ms: float) -> None:
+    # Tokens 10 ms apart, as a fast provider streams them. Without a budget each is a frame of its own; with 60 ms
+    # a frame carries several, and still the first token leaves alone, at once (time to first token).
+    inbox = await started_inbox()
+    reply_to, inflow = inbox.open()
+    limits = RuntimeConfig(batch_max=64, flush_s=0.003, stream_latency_s=latency_ms / 1000)
+    call = Call(deliver(batches_of(paced_every(list(range(30)), 0.01)), limits, reply_to))
+    stream = RemoteStream(call, "r1", channel=(inbox, inflow))
+    assert await stream.collect() == list(range(30))
+    assert len(call.taken) == 1  # the first batch: one token
+    if latency_ms:
+        assert 3 <= inbox.frames <= 12, inbox.frames  # ~6 tokens a frame (the timer's own slack allowed for)
+    else:
+        assert inbox.frames >= 25, inbox.frames
+    inbox.close()
+
+
+def test_a_latency_budget_out_of_range_is_refused_before_ray_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config_module.ray, "init", _must_not_start)
+    with pytest.raises(ConfigurationError, match="stream_latency_ms=-5"):
+        config_module.init(stream_latency_ms=-5)
+
+
+def _must_not_start(**kwargs: Any) -> None:
+    raise AssertionError("Ray started before the latency budget was checked")

@@ -70,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="start every node's model-server pool now, and on nodes that join (default: at a node's first use)",
     )
+    serve.add_argument(
+        "--stream-latency-ms",
+        type=float,
+        default=0.0,
+        help="how long each process may hold a stream's chunks to send them together (default 0; see ta.init)",
+    )
     args = parser.parse_args(argv)
     # On stderr: with --mcp-stdio, stdout carries the protocol and nothing else.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -99,7 +105,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ..runtime import init
     from .ray_server import start_gateways
 
-    config = init(args.address)
+    try:
+        config = init(args.address, stream_latency_ms=args.stream_latency_ms)
+    except ConfigurationError as err:
+        print(f"think-actors: {err.message}", file=sys.stderr)
+        return 2
 
     async def run() -> None:
         # One gateway actor per machine of the cluster, and with --model-pools every node's model servers; this

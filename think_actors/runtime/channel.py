@@ -34,7 +34,7 @@ import os
 import struct
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from ..batching import _LAST, BatchLimits
 from ..errors import StreamChannelError
@@ -310,30 +310,41 @@ def sent_count(item: bytes) -> int | None:
     return _COUNT.unpack_from(item, 1)[0] if item[:1] == SENT else None
 
 
+class StreamLimits(BatchLimits, Protocol):
+    """A producer's batching (``runtime.RuntimeConfig`` has it): ``BatchLimits`` for Ray items, and how long a
+    batch may wait for company on any stream (``stream_latency_s``, the user's latency budget)."""
+
+    @property
+    def stream_latency_s(self) -> float: ...
+
+
 class _ChannelLimits(NamedTuple):
-    """Batching on a channel: what is ready when the receiver takes a batch, no wait for more (a frame costs tens
-    of microseconds, so waiting ``flush_s`` for company would only delay a token)."""
+    """Batching on a channel: what is ready when the receiver takes a batch, and no wait for more unless the user
+    set a latency budget (a frame costs tens of microseconds, so waiting ``flush_s`` would only delay a token)."""
 
     batch_max: int
     flush_s: float = 0.0
 
 
 async def deliver(
-    batches_for: Callable[[BatchLimits], AsyncGenerator[bytes, None]], limits: BatchLimits, reply_to: ReplyTo | None
+    batches_for: Callable[[BatchLimits], AsyncGenerator[bytes, None]], limits: StreamLimits, reply_to: ReplyTo | None
 ) -> AsyncIterator[bytes]:
     """A producer's side of a streamed call: the Ray items to yield, the rest written to ``reply_to``'s inbox.
 
-    ``batches_for(limits)`` makes the batches (``batching._batches``); on a channel they are not held back for
-    ``flush_s``. The first batch is always a Ray item (it starts the caller's stream and says, by ``CHANNEL``,
-    whether the rest follows on the channel). Then, on the channel, each batch is a frame, and the stream's end is
-    the frame of a batch flagged last or an ``END`` frame; if the batches raise, the item ``sent_marker(frames
-    written)`` is yielded and the error raised (no ``END``), so the caller delivers those frames before the error.
+    ``batches_for(limits)`` makes the batches (``batching._batches``); on a channel they are held back only for the
+    user's ``stream_latency_s`` (as Ray items, for the longer of it and ``flush_s``). The first batch is always a
+    Ray item (it starts the caller's stream and says, by ``CHANNEL``, whether the rest follows on the channel).
+    Then, on the channel, each batch is a frame, and the stream's end is the frame of a batch flagged last or an
+    ``END`` frame; if the batches raise, the item ``sent_marker(frames written)`` is yielded and the error raised
+    (no ``END``), so the caller delivers those frames before the error.
     Without a ``reply_to``, or when its inbox cannot be reached, every batch is a Ray item.
     """
     connection = await _connect(reply_to) if reply_to is not None else None
+    latency_s = limits.stream_latency_s
     if connection is not None:
-        limits = _ChannelLimits(limits.batch_max)
-    batches = batches_for(limits)
+        batches = batches_for(_ChannelLimits(limits.batch_max, latency_s))
+    else:
+        batches = batches_for(_ChannelLimits(limits.batch_max, max(limits.flush_s, latency_s)))
     async with contextlib.aclosing(batches):
         if connection is None or reply_to is None:
             async for batch in batches:

@@ -44,6 +44,7 @@ class RuntimeConfig:
     tracing: TracingConfig | None = None  # None: no spans (think_actors.tracing)
     shared_hosts: int = 1  # the actors that host the agents of classes with hosting = "shared" (shared.py)
     stream_channels: bool = True  # streamed calls' batches over direct connections, not Ray items (channel.py)
+    stream_latency_s: float = 0.0  # how long a streamed call's producer may hold chunks to send them together
 
 
 _config: RuntimeConfig | None = None
@@ -67,6 +68,7 @@ def init(
     first_chunk_at_once: bool = True,
     shared_hosts: int = 0,
     stream_channels: bool = True,
+    stream_latency_ms: float = 0.0,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -112,6 +114,12 @@ def init(
     node's address, while Ray still starts, cancels and watches the call (the default: at a provider's pace each
     chunk would otherwise cost a Ray stream item, about a millisecond of CPU). False sends them as Ray items; so
     does a process that cannot reach the caller's address (nodes whose firewall opens only Ray's own ports).
+    ``stream_latency_ms``: how long each process on a stream's way (the model server, the agent) may hold chunks
+    to send them together, in milliseconds (default 0: each chunk leaves as soon as it is ready). At a provider's
+    pace a token arrives every 10-30 ms, so every token is a send and a wake-up of the next process; a budget of
+    a few tens of milliseconds, invisible to a reader, sends two or three tokens at a time and cuts the CPU each
+    conversation costs (docs/performance.md measures it). The reader sees tokens in small bursts, each at most this
+    much later per process on the way (the first token too), never out of order.
     Calling it again returns the same config.
     """
     global _config
@@ -120,6 +128,7 @@ def init(
     resolved_dir = os.path.abspath(data_dir or os.environ.get("THINK_ACTORS_DATA_DIR") or ".think_actors")
     store_url = store or os.environ.get(STORE_ENV) or ""
     store_url = check_store_url(store_url) if store_url else ""
+    stream_latency_s = _latency_s(stream_latency_ms)
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {
             "address": address or "local",
@@ -163,8 +172,18 @@ def init(
         shared_hosts=shared_hosts or max(1, int(ray.cluster_resources().get("CPU", 1))),  # type: ignore[no-untyped-call]
         tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
         stream_channels=stream_channels,
+        stream_latency_s=stream_latency_s,
     )
     return _config
+
+
+def _latency_s(milliseconds: float) -> float:
+    if not 0 <= milliseconds <= 1000:
+        raise ConfigurationError(
+            f"stream_latency_ms={milliseconds!r}: give the milliseconds a chunk may wait to travel with the next "
+            "ones, from 0 (send each at once, the default) to 1000; a few tens is invisible to a reader"
+        )
+    return milliseconds / 1000
 
 
 def _fast_path_setting(setting: bool | None) -> bool:

@@ -79,6 +79,34 @@ async def test_fts_syntax_in_a_query_is_only_words(store: ta.Store, query: str) 
     assert await store.search_messages("!!! ... ???") == []  # no word: nothing to find
 
 
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("park\x00", ["u1"]),
+        ("\x00park", ["u1"]),
+        ("morning\x00park", ["u1"]),  # a control character separates words like a space
+        ("park\udfff", ["u1"]),  # a lone surrogate (a str may hold one; no store can encode it)
+        ("\ud800 knees", ["a2"]),
+        ("\x1bpark\x1b", ["u1"]),  # an escape character, as a pasted terminal line carries
+        ("morning\x7f\x85park", ["u1"]),  # DEL and a C1 control
+        ('"gentle\x00on the knees"', ["a2"]),
+    ],
+)
+async def test_control_characters_and_lone_surrogates_separate_words(
+    store: ta.Store, query: str, expected: list[str]
+) -> None:
+    # Queries come straight from search boxes: a NUL or a broken surrogate pair must neither crash nor reach the
+    # database (SQLite's FTS, PostgreSQL's UTF-8 and Python's encoder all refuse them).
+    await fill(store)
+    assert await ids(store, query) == expected
+
+
+@pytest.mark.parametrize("query", ["\x00", "\ud800", "\x00 \udfff\x1f"])
+async def test_a_query_of_only_control_characters_is_refused_with_a_message(store: ta.Store, query: str) -> None:
+    with pytest.raises(ConfigurationError, match="only control characters or lone surrogates"):
+        await store.search_messages(query)
+
+
 async def test_blank_queries_and_bad_limits_are_refused_with_a_message(store: ta.Store) -> None:
     with pytest.raises(ConfigurationError, match="the search query is empty"):
         await store.search_messages("   ")

@@ -8,7 +8,9 @@ stemmer), so "running" finds "runs" on each.
 The query language is PostgreSQL's ``websearch_to_tsquery``, which the SQLite side translates (``fts5_query``):
 words are all required, ``"a phrase"`` matches the words in order, ``or`` (any case) between two terms accepts
 either, ``-word`` excludes. Nothing in a query is FTS syntax, so no query is a syntax error: punctuation only
-separates words, and a query with no word matches nothing. A blank query is refused (``check_search``).
+separates words, and a query with no word matches nothing. Control characters (NUL included) and lone surrogates,
+which no store can take and no search box means, separate words too. A query blank once they are gone is refused
+(``check_search``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ SNIPPET_MARK = "**"
 """Put around each matched word in a snippet (markdown bold, on every store)."""
 
 _TERM = re.compile(r'(-?)"([^"]*)"?|(\S+)')
+# C0 and C1 controls, DEL and the surrogate range (a str may hold a lone one, which no UTF-8 store can encode).
+_UNSEARCHABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _WORD = re.compile(r"\w", re.UNICODE)
 
 # Shared by SQLite (over ``messages`` and ``messages_fts``) and the in-memory search (over the same two names).
@@ -70,11 +74,18 @@ def search_text(message: UIMessage) -> str:
 
 
 def check_search(query: object, limit: object) -> tuple[str, int]:
-    """Refuse a query that is not a non-blank str, or a limit that is not an int in 1..1000, saying so."""
+    """The query to run, its control characters and lone surrogates made spaces; refuses a query that is not a str
+    or is blank without them, or a limit that is not an int in 1..1000, saying so."""
     if not isinstance(query, str):
         raise ConfigurationError(f"a search query is a str, got {type(query).__name__} {query!r}")
     if not query.strip():
         raise ConfigurationError("the search query is empty: give one or more words to look for")
+    query = _UNSEARCHABLE.sub(" ", query)
+    if not query.strip():
+        raise ConfigurationError(
+            "the search query holds only control characters or lone surrogates, which a search ignores: "
+            "give one or more words to look for"
+        )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise ConfigurationError(f"a search limit is an int from 1 to {MAX_SEARCH_LIMIT}, got {limit!r}")
     return query, limit

@@ -401,3 +401,23 @@ async def test_healthz_lists_the_classes_only_to_who_may_use_the_gateway(serve: 
     assert await (await open_.get("/healthz")).json() == {"ok": True, "classes": ["helper"]}
     assert await (await open_.get("/healthz", headers={"Origin": EVIL})).json() == {"ok": True}
     assert await (await open_.get("/healthz", headers={"Host": "evil.example"})).json() == {"ok": True}
+
+
+@pytest.mark.parametrize("path", ["/agents/helper/a/get-messages", "/agents/helper/a", "/mcp", "/"])
+async def test_a_401_carries_a_bearer_challenge_and_says_when_the_token_sent_was_wrong(serve: Any, path: str) -> None:
+    # RFC 6750 §3: a client told 401 learns the scheme to use, and whether the token it sent was refused.
+    client = await serve(token="s3cret", mcp=True)
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+    upgrade["Sec-WebSocket-Key"] = "dGhlIHNhbXBsZSBub25jZQ=="
+    headers = upgrade if path == "/agents/helper/a" else {}
+    cases = [
+        ({}, "", "Bearer"),
+        ({"Authorization": "Bearer wrong"}, "", 'Bearer error="invalid_token"'),
+        ({}, "?token=wrong", 'Bearer error="invalid_token"'),
+    ]
+    for extra, query, challenge in cases:
+        response = await client.get(path + query, headers={**headers, **extra})
+        assert response.status == 401, (path, extra, query)
+        assert response.headers["WWW-Authenticate"] == challenge, (path, extra, query)
+    right = await client.get(path + "?token=s3cret", headers=headers)
+    assert right.status != 401 and "WWW-Authenticate" not in right.headers

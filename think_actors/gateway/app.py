@@ -98,7 +98,9 @@ class Gateway(ChatTurns):
         """Why the request may not use the gateway (401 or 403), or None."""
         if self.token is not None and not security.token_matches(request, self.token):
             return _refused(
-                web.HTTPUnauthorized, "missing or wrong token: send Authorization: Bearer <token> or ?token="
+                web.HTTPUnauthorized,
+                "missing or wrong token: send Authorization: Bearer <token> or ?token=",
+                {"WWW-Authenticate": security.bearer_challenge(request)},
             )
         reason = self.origins.refusal(request, token_required=self.token is not None)
         return None if reason is None else _refused(web.HTTPForbidden, reason)

@@ -42,6 +42,17 @@ __all__ = ["OriginPolicy", "RedactTokens", "redact", "redact_logs", "token_match
 _Origin = tuple[str, str, int]  # scheme, host (lower case), port (the scheme's default when the origin has none)
 
 
+def token_sent(request: web.Request) -> bool:
+    """Whether the request carries a token at all (a bearer header or ``?token=``), right or wrong."""
+    header = request.headers.get("Authorization", "")
+    return header[:7].lower() == "bearer " or "token" in request.query
+
+
+def bearer_challenge(request: web.Request) -> str:
+    """The ``WWW-Authenticate`` value of a 401 (RFC 6750 §3): ``invalid_token`` when a token was sent."""
+    return 'Bearer error="invalid_token"' if token_sent(request) else "Bearer"
+
+
 def token_matches(request: web.Request, token: str) -> bool:
     """Whether the request carries ``token``: the bearer header if there is one, else ``?token=``."""
     given = request.query.get("token", "")

@@ -120,8 +120,6 @@ class RayDirectory(AgentDirectory):
             return None
 
 
-def _refused(
-    kind: type[web.HTTPException], message: str, headers: dict[str, str] | None = None
-) -> web.HTTPException:
+def _refused(kind: type[web.HTTPException], message: str, headers: dict[str, str] | None = None) -> web.HTTPException:
     """An HTTP error whose body is ``{"error": message}``."""
     return kind(text=json.dumps({"error": message}), content_type="application/json", headers=headers)

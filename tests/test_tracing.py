@@ -303,6 +303,14 @@ async def test_a_recovered_turn_links_to_the_interrupted_turns_span(spans: InMem
     assert (link.context.trace_id, link.context.span_id) == (interrupted.context.trace_id, interrupted.context.span_id)
     assert dict(link.attributes or {}) == {"think_actors.link": "recovers"}
     assert turn.context.trace_id != interrupted.context.trace_id  # a trace of its own, linked to the first
+    # The recovery's own span, the root of that trace, links there too: a trace view shows it at the top.
+    (recover,) = named(spans, "recover Crashable")
+    (recover_link,) = recover.links
+    assert (recover_link.context.trace_id, recover_link.context.span_id) == (
+        interrupted.context.trace_id,
+        interrupted.context.span_id,
+    )
+    assert dict(recover_link.attributes or {}) == {"think_actors.link": "recovers"}
 
 
 async def test_submissions_run_inside_a_drain_span(spans: InMemorySpanExporter) -> None:
@@ -393,14 +401,15 @@ async def test_the_model_servers_span_of_a_call_is_a_child_of_the_agents_chat_sp
         failing = _events(metadata, fail=ProviderError("overloaded", status_code=529, retryable=True))
         await loop.create_task(server_call(failing), context=contextvars.Context())
 
-    served, failed = named(spans, "chat openai/gpt-4o-mini")
+    served, failed = named(spans, "chat gpt-4o-mini")
     for span in (served, failed):
         assert span.kind is trace.SpanKind.SERVER
         assert span.parent is not None and span.parent.span_id == agents.get_span_context().span_id
     assert dict(served.attributes or {}) == {
         "gen_ai.operation.name": "chat",
-        "gen_ai.request.model": "openai/gpt-4o-mini",
+        "gen_ai.request.model": "gpt-4o-mini",
         "gen_ai.provider.name": "openai",
+        "think_actors.model": "openai/gpt-4o-mini",
         "gen_ai.response.model": "gpt-4o-mini-2024-07-18",
         "gen_ai.response.id": "chatcmpl-1",
         "gen_ai.response.finish_reasons": ("stop",),
@@ -553,3 +562,83 @@ async def test_a_gateway_chat_request_is_a_server_span_over_the_agents_turn(span
     assert dict(served.attributes or {}) == {"think_actors.request_id": "req-1"}
     (turn,) = named(spans, "invoke_agent Helper")
     assert (turn.attributes or {})["think_actors.request_id"] == "req-1"
+
+
+BROWSER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+BROWSER_SPAN = "b7ad6b7169203331"
+
+
+async def test_a_traceparent_from_the_client_makes_the_gateways_spans_part_of_its_trace(
+    spans: InMemorySpanExporter,
+) -> None:
+    # An instrumented web app sends W3C trace context with the WebSocket upgrade and with its HTTP requests: the
+    # agent's work is one trace with the browser's, not a new root.
+    directory = LocalDirectory([Helper], model=ScriptedModel([text("Hello there")]), store=ta.MemoryStore())
+    client = TestClient(TestServer(Gateway(directory).app()))
+    await client.start_server()
+    context = {"traceparent": f"00-{BROWSER_TRACE}-{BROWSER_SPAN}-01", "tracestate": "vendor=browser"}
+    try:
+        ws = await client.ws_connect("/agents/helper/c1", headers=context)
+        await greeting(ws)
+        await ws.send_str(request("req-1", user("hi", "u1")))
+        await frames_until_done(ws, "req-1")
+        read = await client.get("/agents/helper/c1/get-messages", headers=context)
+        assert read.status == 200
+        untraced = await client.get("/agents/helper/c1/get-messages")  # no context: a root of its own
+        assert untraced.status == 200
+    finally:
+        await client.close()
+    (served,) = named(spans, "chat_request helper/c1")
+    (turn,) = named(spans, "invoke_agent Helper")
+    assert served.parent is not None and format(served.parent.span_id, "016x") == BROWSER_SPAN
+    assert {format(s.context.trace_id, "032x") for s in (served, turn)} == {BROWSER_TRACE}
+    assert served.context.trace_state.get("vendor") == "browser"
+    traced, root = named(spans, "GET /agents/{cls}/{name}/get-messages")
+    assert traced.kind is trace.SpanKind.SERVER
+    assert format(traced.context.trace_id, "032x") == BROWSER_TRACE
+    assert traced.parent is not None and format(traced.parent.span_id, "016x") == BROWSER_SPAN
+    assert dict(traced.attributes or {}) == {
+        "http.request.method": "GET",
+        "http.route": "/agents/{cls}/{name}/get-messages",
+        "url.path": "/agents/helper/c1/get-messages",
+        "http.response.status_code": 200,
+    }
+    assert root.parent is None and format(root.context.trace_id, "032x") != BROWSER_TRACE
+
+
+async def test_a_malformed_traceparent_starts_a_root_and_breaks_nothing(spans: InMemorySpanExporter) -> None:
+    directory = LocalDirectory([Helper], model=ScriptedModel([text("Hello there")]), store=ta.MemoryStore())
+    client = TestClient(TestServer(Gateway(directory).app()))
+    await client.start_server()
+    try:
+        for bad in ("garbage", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "ff-zz"):
+            ws = await client.ws_connect("/agents/helper/c1", headers={"traceparent": bad})
+            await greeting(ws)
+            await ws.close()
+        ws = await client.ws_connect("/agents/helper/c1", headers={"traceparent": "garbage"})
+        await greeting(ws)
+        await ws.send_str(request("req-1", user("hi", "u1")))
+        await frames_until_done(ws, "req-1")
+    finally:
+        await client.close()
+    (served,) = named(spans, "chat_request helper/c1")
+    assert served.parent is None
+
+
+@pytest.mark.parametrize(
+    ("model", "request_model", "provider"),
+    [
+        ("openai/gpt-4o-mini", "gpt-4o-mini", "openai"),
+        ("anthropic/claude-3-5-sonnet-20241022", "claude-3-5-sonnet-20241022", "anthropic"),
+        ("gemini/gemini-2.0-flash", "gemini-2.0-flash", "gcp.gemini"),
+        ("bedrock/anthropic.claude-3", "anthropic.claude-3", "aws.bedrock"),
+        ("openrouter/meta-llama/llama-3-70b", "meta-llama/llama-3-70b", "openrouter"),  # the first prefix only
+        ("gpt-4o", "gpt-4o", None),  # no prefix: litellm infers the provider, the span does not guess
+        ("scripted", "scripted", None),
+    ],
+)
+def test_a_chat_span_names_the_providers_model_and_keeps_the_litellm_id_aside(
+    model: str, request_model: str, provider: str | None
+) -> None:
+    # Dashboards group by gen_ai.request.model: the provider's own name, as the GenAI conventions want it.
+    assert tracing.names.model_names(model) == (request_model, provider)

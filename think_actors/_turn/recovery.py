@@ -34,7 +34,7 @@ from ..hooks import (
 from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
-from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, turn_stream
+from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, recovered_trace, turn_stream
 from .engine import Engine
 from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
 from .pending import run_pending, settle_part, settled
@@ -129,6 +129,7 @@ class Recovery:
             with tracing.operation(
                 f"recover {type(engine.agent).__name__}",
                 {tracing.names.AGENT_PATH: engine.path, tracing.names.REQUEST_ID: record.request_id},
+                links=recovered_trace(record),  # the recovery's own span too, so either one leads to the crash
             ):
                 async for chunk in turn_stream(engine, spec):
                     live.chunks.append(chunk)

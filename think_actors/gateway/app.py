@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from .. import tracing
 from ..errors import InvalidAgentNameError, ThinkError
 from ..store import validate_agent_name
 from . import protocol, security
@@ -45,6 +46,9 @@ log = logging.getLogger("think_actors.gateway")
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 _PAGE = Path(__file__).with_name("static") / "index.html"
 DENIED = "Tool execution denied by user"
+
+
+_TRACED_ROUTES = ("/agents/", "/mcp")  # the routes that reach agents (not the page, /healthz or a 404)
 
 
 class Gateway(ChatTurns):
@@ -91,8 +95,24 @@ class Gateway(ChatTurns):
             refusal = self._refusal(request)
             if refusal is not None:
                 raise refusal
-        response: web.StreamResponse = await handler(request)
-        return response
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else ""
+        if not route.startswith(_TRACED_ROUTES) or request.headers.get("Upgrade", "").lower() == "websocket":
+            response: web.StreamResponse = await handler(request)  # a socket's turns have spans of their own
+            return response
+        # OpenTelemetry's HTTP server convention: a server span per request, a child of the client's span.
+        attributes = {"http.request.method": request.method, "http.route": route, "url.path": request.path}
+        parent = tracing.incoming(request.headers)
+        with tracing.operation(f"{request.method} {route}", attributes, kind="server", parent=parent) as span:
+            try:
+                response = await handler(request)
+            except web.HTTPException as err:
+                if span is not None:
+                    span.set_attribute("http.response.status_code", err.status)
+                raise
+            if span is not None:
+                span.set_attribute("http.response.status_code", response.status)
+            return response
 
     def _refusal(self, request: web.Request) -> web.HTTPException | None:
         """Why the request may not use the gateway (401 or 403), or None."""
@@ -142,6 +162,7 @@ class Gateway(ChatTurns):
         # aiohttp's own limit is set above ours, so a frame over ours gets an error frame and the socket goes on;
         # one over aiohttp's is not read at all (it would be held in memory): an error frame, then a 1009 close.
         ws = _Socket(self.max_frame_bytes, heartbeat=30)
+        ws.trace_headers = tracing.incoming(request.headers)
         await ws.prepare(request)
         room = self._rooms.get(key)
         if room is None:

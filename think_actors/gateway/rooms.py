@@ -48,6 +48,7 @@ class _Socket(web.WebSocketResponse):
     def __init__(self, limit: int, **options: Any) -> None:
         super().__init__(max_msg_size=limit * 2 + 1024, **options)
         self.limit = limit
+        self.trace_headers: dict[str, str] = {}  # the upgrade request's W3C trace context: its turns' parent
 
     async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
         if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:

@@ -169,7 +169,10 @@ class ChatTurns(Relays):
                 branch = _branch_point(body) if body.get("trigger") == "regenerate-message" else None
                 # The socket's request is the trace's root span; the agent's turn (its actor's) is its child.
                 with tracing.operation(
-                    f"chat_request {room.key}", {tracing.names.REQUEST_ID: request_id}, kind="server"
+                    f"chat_request {room.key}",
+                    {tracing.names.REQUEST_ID: request_id},
+                    kind="server",
+                    parent=getattr(sender, "trace_headers", None),  # the upgrade request's, as a _Socket keeps
                 ):
                     stream = agent.chat(
                         [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch

@@ -10,11 +10,11 @@ Content attributes (``gen_ai.input.messages`` ...) are set only when message con
 from __future__ import annotations
 
 OPERATION = "gen_ai.operation.name"  # invoke_agent | chat | execute_tool
-PROVIDER = "gen_ai.provider.name"  # the litellm provider prefix of the model id (openai, anthropic, ...)
+PROVIDER = "gen_ai.provider.name"  # the conventions' name of the model id's provider (openai, gcp.gemini, ...)
 AGENT_NAME = "gen_ai.agent.name"  # the agent's class name
 AGENT_ID = "gen_ai.agent.id"  # the agent's path: unique in its namespace
 CONVERSATION_ID = "gen_ai.conversation.id"  # the agent's path: an agent is one conversation
-REQUEST_MODEL = "gen_ai.request.model"
+REQUEST_MODEL = "gen_ai.request.model"  # the provider's model name, without litellm's provider prefix
 RESPONSE_MODEL = "gen_ai.response.model"
 RESPONSE_ID = "gen_ai.response.id"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
@@ -30,6 +30,7 @@ OUTPUT_MESSAGES = "gen_ai.output.messages"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 
+MODEL_ID = "think_actors.model"  # the model id as the agent gave it, litellm's prefix included
 REQUEST_ID = "think_actors.request_id"
 AGENT_PATH = "think_actors.agent.path"
 NODE_ID = "think_actors.node_id"
@@ -43,3 +44,26 @@ SUBMISSIONS = "think_actors.submissions"
 SUBMISSION_ID = "think_actors.submission_id"
 # On a link: "recovers" (a recovered turn's, to the interrupted turn), "drains" (a drain's, to the submitter's span).
 LINK_REASON = "think_actors.link"
+
+# litellm's provider prefixes whose GenAI-conventions name differs (gen_ai.provider.name's well-known values);
+# every other prefix is its own name.
+PROVIDER_NAMES = {
+    "azure": "azure.ai.openai",
+    "azure_ai": "azure.ai.inference",
+    "bedrock": "aws.bedrock",
+    "gemini": "gcp.gemini",
+    "vertex_ai": "gcp.vertex_ai",
+    "mistral": "mistral_ai",
+    "xai": "x_ai",
+    "watsonx": "ibm.watsonx.ai",
+}
+
+
+def model_names(model: str) -> tuple[str, str | None]:
+    """``(the provider's model name, the conventions' provider name or None)`` of a litellm model id:
+    ``openai/gpt-4o-mini`` is ``("gpt-4o-mini", "openai")``, ``gemini/gemini-2.0-flash`` names ``gcp.gemini``, and
+    an id without a prefix (``gpt-4o``, a scripted model) is itself with no provider."""
+    prefix, slash, name = model.partition("/")
+    if not slash or not prefix or not name:
+        return model, None
+    return name, PROVIDER_NAMES.get(prefix, prefix)

@@ -145,15 +145,16 @@ def start_chat(
 
     ``kind="server"`` is the model server's own span of the call (no step: the agent's span has it).
     """
-    provider, _, _ = model.partition("/")
+    request_model, provider = names.model_names(model)
     attributes: dict[str, Any] = {
         names.OPERATION: "chat",
-        names.REQUEST_MODEL: model,
+        names.REQUEST_MODEL: request_model,
     }
     if step is not None:
         attributes[names.STEP] = step
-    if provider and provider != model:
+    if provider is not None:
         attributes[names.PROVIDER] = provider
+        attributes[names.MODEL_ID] = model
     if tools:
         attributes[names.TOOLS_OFFERED] = tools
     if _capture and messages is not None:
@@ -163,7 +164,7 @@ def start_chat(
         span_kind = SpanKind.SERVER
         if _node_id:
             attributes[names.NODE_ID] = _node_id
-    span = _tracer.start_span(f"chat {model}", kind=span_kind, attributes=attributes)
+    span = _tracer.start_span(f"chat {request_model}", kind=span_kind, attributes=attributes)
     previous = otel_context.get_current()
     otel_context.attach(trace.set_span_in_context(span, previous))
     return ChatSpan(span, previous)
@@ -248,14 +249,22 @@ def tool_call(
 
 @contextmanager
 def operation(
-    name: str, attributes: Mapping[str, Any], links: Sequence[str] = (), kind: str = "internal"
+    name: str,
+    attributes: Mapping[str, Any],
+    links: Sequence[str] = (),
+    kind: str = "internal",
+    parent: Mapping[str, str] | None = None,
 ) -> Iterator[Span]:
-    """A span of ours (a submission drain, a recovery, a gateway request), current while the block runs."""
+    """A span of ours (a submission drain, a recovery, a gateway request), current while the block runs; a child
+    of the span the W3C headers ``parent`` name when they name one."""
     span_kind = SpanKind.SERVER if kind == "server" else SpanKind.INTERNAL
     attrs = dict(attributes)
     if _node_id:
         attrs.setdefault(names.NODE_ID, _node_id)
-    with _tracer.start_as_current_span(name, kind=span_kind, attributes=attrs, links=_links(links)) as span:
+    context = _W3C.extract(parent) if parent else None
+    with _tracer.start_as_current_span(
+        name, context=context, kind=span_kind, attributes=attrs, links=_links(links)
+    ) as span:
         yield span
 
 

@@ -188,14 +188,27 @@ def tool_call(*, tool_name: str, tool_call_id: str, arguments: Any = None, kind:
 
 
 def operation(
-    name: str, attributes: Mapping[str, Any], *, links: Sequence[str] = (), kind: str = "internal"
+    name: str,
+    attributes: Mapping[str, Any],
+    *,
+    links: Sequence[str] = (),
+    kind: str = "internal",
+    parent: Mapping[str, str] | None = None,
 ) -> AbstractContextManager[Any]:
-    """A ``with`` block for one span of ours (a submission drain, a recovery, a gateway request)."""
+    """A ``with`` block for one span of ours (a submission drain, a recovery, a gateway request); it yields the span
+    (None when off). ``parent``: incoming W3C headers (``traceparent``, ``tracestate``) whose span is this one's
+    parent, as an HTTP server continues its client's trace; without them (or with an invalid one) the span is a
+    child of the current span, or a root."""
     impl = _active()
     if impl is None:
         return nullcontext()
-    cm: AbstractContextManager[Any] = impl.operation(name, attributes, links, kind)
+    cm: AbstractContextManager[Any] = impl.operation(name, attributes, links, kind, parent)
     return cm
+
+
+def incoming(headers: Mapping[str, str]) -> dict[str, str]:
+    """The W3C trace-context headers of a request (to keep for ``operation(parent=...)``); {} when it has none."""
+    return {key: value for key in ("traceparent", "tracestate") if (value := headers.get(key))}
 
 
 def link(traceparent: str | None, *, reason: str, attributes: Mapping[str, Any] | None = None) -> None:

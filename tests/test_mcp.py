@@ -379,6 +379,39 @@ async def test_list_changed_refreshes_the_tool_set_before_the_next_turn(agents: 
     assert tool_parts(agent)["f"] == ("output-available", text_output("fresh was added"))
 
 
+async def test_a_turn_right_after_a_tool_that_added_tools_is_offered_them(agents: Any, server_log: ServerLog) -> None:
+    # The server adds a tool and announces tools/list_changed before the call returns; the next turn starts at
+    # once (chained save_messages, as schedules and agent-to-agent calls run them), with no wait in between.
+    model = ScriptedModel(
+        [
+            tool_call("t_grow", {"name": "fresh"}, id="g"),
+            text("grown"),
+            tool_call("t_fresh", {}, id="f"),
+            text("used it"),
+        ]
+    )
+    agent = agents(stdio_server(server_log), model=model)
+    await agent.wait_for_mcp_connections(WAIT_S)
+    await agent.save_messages("grow")
+    await agent.save_messages("use it")
+    assert "t_fresh" in offered(model.requests[2])
+    assert tool_parts(agent)["f"] == ("output-available", text_output("fresh was added"))
+
+
+async def test_a_turn_waits_for_a_listing_announced_before_it_started(server_log: ServerLog) -> None:
+    connection = ta.mcp.McpConnection(stdio_server(server_log))
+    try:
+        assert await connection.wait_ready(WAIT_S)
+        assert await connection.settle(0.01)  # nothing announced: nothing to wait for
+        before = connection.listings
+        assert await connection.run("grow", {"name": "later"}) == text_output("added later")
+        # The call returned after the listing its notification asked for.
+        assert connection.listings == before + 1 and not connection.unsettled()
+        assert "later" in {t.name for t in connection.tools}
+    finally:
+        await connection.close()
+
+
 async def test_a_call_during_the_first_connect_joins_it(server_log: ServerLog) -> None:
     connection = ta.mcp.McpConnection(stdio_server(server_log))
     connection.start()

@@ -234,6 +234,11 @@ class Think(LifecycleHooks, DurableEntryPoints):
         """
         return await self._mcp.wait(timeout_s)
 
+    async def _settle_tools(self) -> None:
+        """Before a turn builds its tool set: the listings MCP servers announced and have not sent yet (bounded)."""
+        if self.include_mcp_tools:
+            await self._mcp.settle()
+
     # ------------------------------------------------------------------ entry points
 
     def chat(

@@ -79,6 +79,14 @@ class FreshUser(McpOnRay):
     model = ScriptedModel([tool_call("t_fresh", {}, id="f"), text("used it")])
 
 
+class GrowThenUse(McpOnRay):
+    """Has the server add the tool ``fresh``, then (the next turn) calls it."""
+
+    model = ScriptedModel(
+        [tool_call("t_grow", {"name": "fresh"}, id="g"), text("grown"), tool_call("t_fresh", {}, id="f"), text("ok")]
+    )
+
+
 class SleepyMcp(McpOnRay):
     idle_timeout_s = 1.0
 
@@ -197,6 +205,19 @@ async def test_list_changed_on_a_shared_connection_reaches_every_agent(unique: s
     }
     assert outputs(await user.get_messages())["f"] == fresh
     assert len(lines(tmp_path / "starts.log")) == 1
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_a_turn_right_after_a_tool_that_added_tools_is_offered_them_on_ray(
+    unique: str, tmp_path: Path, shared: bool
+) -> None:
+    # Back to back, no wait: the call that changed the tools returns once the agent has the new listing (through
+    # the node's shared connection too).
+    agent = await ta.spawn(GrowThenUse, f"{unique}-{shared}", log_dir=str(tmp_path), shared=shared)
+    assert (await agent.wait_for_mcp_connections(WAIT_S))["t"].tool_count == 12
+    await agent.save_messages("grow")
+    await agent.save_messages("use it")
+    assert outputs(await agent.get_messages())["f"]["structuredContent"] == {"result": "fresh was added"}
 
 
 async def test_the_connection_comes_back_after_a_restart_and_after_hibernation(unique: str, tmp_path: Path) -> None:

@@ -49,6 +49,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
             messages_persisted=True,
             request_id=spec.request_id,
         )
+    await agent._settle_tools()  # a tools/list_changed just before this turn: its tools are offered
     tools = engine.collect_tools()
     if spec.continuation:
         # A continuation (after a client tool's result, an approval, a recovery) sees the custom body of the turn

@@ -8,7 +8,9 @@ connects again. A call is never retried by this module: whether re-running it is
 (the effect ledger and ``reconcile_tool_call``), not the transport's.
 
 ``tools/list_changed`` notifications trigger a new listing in the background; the agent's tool set picks it up
-at the next turn (a running turn keeps the tools it started with).
+at the next turn (a running turn keeps the tools it started with). A tool call during which the server announced a
+change returns only once that listing arrived (at most ``_SETTLE_S``), and a turn starts only once every listing
+announced before it arrived (``settle``), so a turn that follows a tool adding tools is offered them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = ["ConnectionState", "McpConnection"]
 log = logging.getLogger(__name__)
 
 _CLIENT_INFO = types.Implementation(name="think_actors", version="0.1.0")
+_SETTLE_S = 5.0  # the longest a call or a turn waits for a listing a tools/list_changed asked for
 
 
 class McpConnection:
@@ -71,6 +74,9 @@ class McpConnection:
         self._ready: asyncio.Event = asyncio.Event()
         self._stop: asyncio.Event = asyncio.Event()
         self._refresh: asyncio.Event = asyncio.Event()
+        self._asked = 0  # tools/list_changed notifications received
+        self._answered = 0  # of them, how many a finished listing (or a failed one) covers
+        self._settled: list[asyncio.Future[None]] = []  # settle() calls waiting for the next listing to finish
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -206,17 +212,41 @@ class McpConnection:
         while True:
             await self._refresh.wait()
             self._refresh.clear()
+            asked = self._asked
             try:
                 with anyio.fail_after(self.config.connect_timeout_s):
                     await self._list(session)
             except Exception as err:
                 log.warning("MCP server %r: listing its changed tools failed: %s", self.config.name, err)
+            finally:
+                self._answered = asked
+                waiting, self._settled = self._settled, []
+                for future in waiting:
+                    if not future.done():
+                        future.set_result(None)
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
+            self._asked += 1
             self._refresh.set()  # listed by the refresher: awaiting the server here would stall its reader
         elif isinstance(message, Exception):
             log.warning("MCP server %r: transport error: %s", self.config.name, message)
+
+    def unsettled(self) -> bool:
+        """Whether the server announced a tool change whose listing has not arrived yet."""
+        return self._answered < self._asked and self.state == "ready"
+
+    async def settle(self, timeout_s: float = _SETTLE_S) -> bool:
+        """Wait until every listing a ``tools/list_changed`` asked for so far has arrived (at most ``timeout_s``;
+        a lost connection ends the wait); whether none is pending."""
+        wanted = self._asked
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                while self._answered < wanted and self.state == "ready":
+                    future = asyncio.get_running_loop().create_future()
+                    self._settled.append(future)
+                    await future
+        return not self.unsettled()
 
     # ------------------------------------------------------------------ calls
 
@@ -238,8 +268,14 @@ class McpConnection:
     async def run(
         self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
     ) -> dict[str, Any]:
-        """Call the server's tool ``tool_name``: its output, or an ``McpToolError`` (``isError`` included)."""
-        return to_output(await self.call(tool_name, arguments, on_progress))
+        """Call the server's tool ``tool_name``: its output, or an ``McpToolError`` (``isError`` included).
+
+        When the server announced a change of its tools during the call (a tool that adds tools), the output comes
+        once the new listing arrived (``settle``), so what runs next is offered the new tools."""
+        output = to_output(await self.call(tool_name, arguments, on_progress))
+        if self.unsettled():
+            await self.settle()
+        return output
 
     async def call(
         self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None

@@ -48,6 +48,10 @@ class ServerConnection(McpCaller, Protocol):
 
     async def wait_ready(self, timeout_s: float | None = None) -> bool: ...
 
+    def unsettled(self) -> bool: ...
+
+    async def settle(self, timeout_s: float = ...) -> bool: ...
+
     async def close(self) -> None: ...
 
 
@@ -210,6 +214,13 @@ class McpManager:
                     tools[t.name] = t
             self._tools = tools
         return list(self._tools.values())
+
+    async def settle(self) -> None:
+        """Wait for the listings the servers announced (``tools/list_changed``) and have not sent yet, each for a
+        few seconds at most: a turn calls it before it builds its tool set. Free when none is pending."""
+        pending = [c for c in self._connections.values() if c.unsettled()]
+        if pending:
+            await asyncio.gather(*(c.settle() for c in pending))
 
     async def close(self) -> None:
         """Close every connection (a stdio server's process stops)."""

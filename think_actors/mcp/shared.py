@@ -75,8 +75,11 @@ class SharedMcpServer:
                     await self._changed.wait()
         return self._snapshot()
 
-    async def run(self, tool_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return await self._connection.run(tool_name, arguments)  # progress stays here: not streamed back
+    async def run(self, tool_name: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The tool's output, and the listings the connection had when it returned: a call during which the server
+        announced new tools returns after their listing, and the caller fetches it before it goes on."""
+        output = await self._connection.run(tool_name, arguments)  # progress stays here: not streamed back
+        return output, self._connection.listings
 
     def pid(self) -> int:
         return os.getpid()
@@ -164,10 +167,14 @@ class SharedConnection:
     async def run(
         self, tool_name: str, arguments: dict[str, Any], on_progress: Progress | None = None
     ) -> dict[str, Any]:
-        """Run the tool in the node's actor (its progress notifications are not forwarded)."""
+        """Run the tool in the node's actor (its progress notifications are not forwarded). A call that changed the
+        server's tools returns once this proxy has the new listing too."""
         try:
-            output: dict[str, Any] = await self._get_actor().run.remote(tool_name, arguments)
-            return output
+            actor = self._get_actor()
+            output, listings = await actor.run.remote(tool_name, arguments)
+            if listings > self.listings:
+                self._apply(await actor.snapshot.remote(self.listings, 0.0))
+            return output  # type: ignore[no-any-return]
         except RayTaskError as err:
             cause = _cause(err)
             if isinstance(cause, McpToolError):
@@ -179,6 +186,14 @@ class SharedConnection:
                 f"the shared connection to MCP server {self.config.name!r} died while {tool_name!r} ran "
                 f"({type(err).__name__}); the next call reconnects"
             ) from None
+
+    def unsettled(self) -> bool:
+        return False
+
+    async def settle(self, timeout_s: float = 0.0) -> bool:
+        """Nothing to wait for here: a call that changed the tools brought their listing back with it, and a change
+        the server makes by itself arrives by the long poll."""
+        return True
 
     async def close(self) -> None:
         """Stop following the shared connection (it stays up for the node's other agents)."""

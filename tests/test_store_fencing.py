@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from think_actors.errors import StoreFencedError
 from think_actors.messages import TextPart, UIMessage, user_message
 from think_actors.store import EffectRecord, SubmissionRecord, TurnRecord
 from think_actors.store.postgres import close_pools
-from think_actors.testing import ScriptedModel, delay, step, text
+from think_actors.testing import ScriptedModel, delay, step, text, tool_call
 
 Opener = Callable[..., ta.Store]
 
@@ -224,3 +225,74 @@ async def test_an_agent_whose_store_was_taken_over_mid_turn_stops_and_the_new_on
     assert [m.text for m in await new.store.load_messages()] == ["question", "recovered answer", "again", "second"]
     await old.close()
     await new.close()
+
+
+class Charging(ta.Think):
+    """Records which of its hooks ran; its tool waits until the test lets it finish."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_tool = asyncio.Event()
+        self.release = asyncio.Event()
+        self.hooks: list[str] = []
+
+    @ta.tool
+    async def charge(self, amount: int) -> str:
+        """Charge the card."""
+        self.in_tool.set()
+        await self.release.wait()
+        return f"charged {amount}"
+
+    async def after_tool_call(self, ctx: ta.ToolCallResultContext) -> None:
+        self.hooks.append(f"after_tool_call {ctx.tool_name}")
+
+    async def on_step_finish(self, result: ta.StepResult) -> None:
+        self.hooks.append("on_step_finish")
+
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        self.hooks.append(f"on_chat_response {result.status}")
+
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        self.hooks.append("on_chat_error")
+        return None
+
+
+async def test_a_process_that_lost_its_lease_mid_tool_runs_no_more_hooks(
+    open_agent_store: Opener, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A node froze while its agent ran a tool; the agent's restart elsewhere took it over (a newer store) and
+    # finishes the turn. When the frozen process runs again, its turn stops at the next store write or hook:
+    # neither after_tool_call nor on_chat_response (nor on_chat_error) runs there for a turn the new owner completes.
+    old = Charging(
+        "one",
+        model=ScriptedModel([tool_call("charge", {"amount": 7}, id="c1"), text("done")]),
+        store=open_agent_store("charging/one"),
+    )
+    turn_task = asyncio.create_task(old.save_messages("charge 7"))
+    await old.in_tool.wait()
+    newer = open_agent_store("charging/one")
+    await newer.load_messages()  # the takeover: the newer store claims the agent
+    with caplog.at_level(logging.INFO, logger="think_actors"):
+        old.release.set()
+        with pytest.raises(StoreFencedError):
+            await turn_task
+    assert old.hooks == []
+    assert "ends without" in caplog.text and "a newer process owns the agent" in caplog.text
+    await old.close()
+    await newer.close()
+
+
+async def test_a_superseded_process_starts_no_tool_and_no_step(open_agent_store: Opener) -> None:
+    old = Charging(
+        "two",
+        model=ScriptedModel([tool_call("charge", {"amount": 7}, id="c1"), text("done")]),
+        store=open_agent_store("charging/two"),
+    )
+    await old.load_messages()
+    newer = open_agent_store("charging/two")
+    await newer.load_messages()
+    with pytest.raises(StoreFencedError):
+        await old.save_messages("charge 7")  # its first write is refused: no hook, no tool ran
+    assert old.hooks == [] and not old.in_tool.is_set()
+    await old.close()
+    await newer.close()

@@ -21,6 +21,7 @@ from contextlib import aclosing
 from typing import Any
 
 from .. import logs, tracing
+from ..errors import StoreFencedError
 from ..messages import UIMessage, new_id
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
@@ -85,6 +86,9 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
             engine.aborts.remove(spec.request_id, spec.signal)
     except _SetupFailed as failed:
         raise failed.raised from None
+    except StoreFencedError:
+        engine.superseded_quietly("its remaining hooks", spec.request_id)  # the log line of a quiet end
+        raise
     finally:
         engine.stream_ended()
         # The slot is released: the next queued turn may start while the response hook runs.

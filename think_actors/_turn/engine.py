@@ -24,7 +24,7 @@ from ..messages import UIMessage, WireModel
 from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
 from ..session import Session
-from ..store import STORE_ENV, SQLiteStore, Store, open_store
+from ..store import STORE_ENV, SQLiteStore, Store, open_store, superseded
 from ..tools import ClientToolSchema, Tool, ToolContext, class_tools, client_tool
 from .abort import AbortRegistry
 from .convert import to_model_messages
@@ -280,13 +280,35 @@ class Engine:
             known = self._overridden[hook] = getattr(type(self.agent), hook) is not getattr(self._hook_defaults, hook)
         return known
 
+    def check_owner(self) -> None:
+        """At a hook boundary: raise the ``StoreFencedError`` of this agent's store once a write was refused (a
+        newer process owns the agent and finishes its turns), so a superseded process runs no more user hooks."""
+        fenced = superseded(self.store)
+        if fenced is not None:
+            raise fenced
+
+    def superseded_quietly(self, hook: str, request_id: str | None) -> bool:
+        """Whether the store was superseded, so ``hook`` is not run for the turn (logged once per turn and hook)."""
+        if superseded(self.store) is None:
+            return False
+        log.info(
+            "turn %s of %s ends without %s: a newer process owns the agent and finishes the turn",
+            request_id,
+            self.path,
+            hook,
+        )
+        return True
+
     async def report_error(self, error: BaseException, ctx: ChatErrorContext) -> tuple[str, BaseException]:
         """Ask ``on_chat_error`` what to report for a failed turn; publish ``chat:request:failed``.
 
         Returns the text every caller sees and the error to raise where a caller gets an exception.
         """
         try:
-            reported: Any = await self.agent.on_chat_error(error, ctx)
+            if self.superseded_quietly("on_chat_error", ctx.request_id):
+                reported: Any = error
+            else:
+                reported = await self.agent.on_chat_error(error, ctx)
         except Exception:
             log.exception("on_chat_error raised; reporting the original error")
             reported = error
@@ -349,6 +371,8 @@ class Engine:
         """Run ``on_chat_response`` unless this context is already inside this agent's response hook."""
         inside = _in_response_hook.get()
         if id(self) in inside:  # a turn started from the hook does not fire the hook again
+            return
+        if self.superseded_quietly("on_chat_response", result.request_id):
             return
         token = _in_response_hook.set(inside | {id(self)})
         try:

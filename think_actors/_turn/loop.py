@@ -157,6 +157,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             run.messages = [*run.messages, *to_model_messages(joining)]
         if run.context_overflow is not None and run.context_overflow.proactive is not None and run.steps:
             await proactive_messages(run)
+        agent_engine.check_owner()  # a superseded process stops before its next step's hooks
         step_cfg = (
             await agent.before_step(
                 StepContext(
@@ -378,6 +379,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         if cost is not None:
             run.cost_usd = (run.cost_usd or 0.0) + cost
         run.stats.add_step(usage, cost)
+        agent_engine.check_owner()  # free: a process learns it was superseded at a refused write, not here
         await agent.on_step_finish(result)
         yield FinishStepChunk()
         # A call the caller must answer (a client tool) ends the loop with that call waiting.

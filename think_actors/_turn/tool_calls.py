@@ -18,6 +18,7 @@ from ..chunks import (
     ToolOutputAvailableChunk,
     ToolOutputErrorChunk,
 )
+from ..errors import StoreFencedError
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
 from ..tools import Tool, ToolContext, ToolInputError, _jsonable
 from .engine import Engine
@@ -162,6 +163,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
         step_number=run.step_number,
         messages=run.messages,
     )
+    run.engine.check_owner()  # a superseded process runs no hook and no tool: the newer owner does
     try:
         decision = await agent.before_tool_call(ctx)
         if isinstance(decision, Block):
@@ -198,7 +200,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
         if tool.streaming and isinstance(decision, Block | Substitute):
             # A short-circuited streaming tool still shows one preliminary result before the final one.
             emit(ToolOutputAvailableChunk(tool_call_id=call.tool_call_id, output=output, preliminary=True))
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, StoreFencedError):  # fenced: the effect ledger refused, the turn stops
         raise
     except Exception as err:  # a tool's failure is a result the model sees, never a crashed turn
         error = str(err) or type(err).__name__
@@ -221,6 +223,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
     outcome = "error" if error is not None else "blocked" if isinstance(decision, Block) else "ok"
     run.stats.add_tool_call(call.tool_name, outcome)
     emit(reported)
+    run.engine.check_owner()
     await agent.after_tool_call(
         ToolCallResultContext(
             request_id=run.request_id,

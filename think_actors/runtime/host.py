@@ -303,11 +303,14 @@ class HostedAgent:
     ) -> AsyncGenerator[bytes, None]:
         """The batches of a turn's ``stream``, each once the turn's log holds it: a crash loses nothing the caller
         saw."""
-        durable = self.agent._engine.durable
+        engine = self.agent._engine
         batches = _batches(stream, limits, hold_opening=hold_opening)
         async with contextlib.aclosing(batches):
             async for batch in batches:
-                await durable()
+                await engine.durable()
+                # A turn that ended before this batch left wrote its log at its end; if that write was refused (a
+                # newer process owns the agent), its last chunks are not the log's and never leave.
+                engine.check_owner()
                 yield batch
 
     @_counted

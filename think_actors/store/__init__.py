@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._lease import holds_lease
+from ._lease import holds_lease, superseded
 from ._search import MessageHit
 from .memory import MemoryStore
 from .protocol import LATEST, Store, agent_path, validate_agent_name
@@ -40,6 +40,7 @@ __all__ = [
     "check_store_url",
     "holds_lease",
     "open_store",
+    "superseded",
     "validate_agent_name",
 ]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..errors import StoreFencedError
 
-__all__ = ["fenced_error", "holds_lease"]
+__all__ = ["fenced_error", "holds_lease", "superseded"]
 
 
 async def holds_lease(store: Any) -> bool:
@@ -30,6 +30,14 @@ async def holds_lease(store: Any) -> bool:
     without a lease (a user's own ``Store``) always may."""
     check = getattr(store, "holds_lease", None)
     return True if check is None else bool(await check())
+
+
+def superseded(store: Any) -> StoreFencedError | None:
+    """The error of the first write of ``store`` refused because a newer store owns its agent, or None (free: no
+    store call). Once set, the process's turns of that agent stop at their next hook instead of running the user's
+    hooks for a turn the newer owner finishes. A store without a lease never is."""
+    fenced = getattr(store, "superseded", None)
+    return fenced if isinstance(fenced, StoreFencedError) else None
 
 
 def fenced_error(agent: str, generation: int, owner_generation: int | None) -> StoreFencedError:

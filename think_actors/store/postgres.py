@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFencedError
 from ..messages import UIMessage
 from ._codec import (
     check_limit,
@@ -112,6 +112,8 @@ class PostgresStore:
         self._own_pool = pool
         self._pool: asyncpg.Pool | None = None
         self._generation = 0
+        # The error of the first write refused because a newer store owns the agent (``_lease.superseded``).
+        self.superseded: StoreFencedError | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
 
@@ -437,6 +439,12 @@ class PostgresStore:
         """Delete every turn record, chunk log and effect; submissions and messages stay."""
         await self._write("clear turn state", CLEAR_TURN_STATE)
 
+    def _fenced_out(self, owner: int | None) -> StoreFencedError:
+        """The error of a refused write; from now on this store says it is ``superseded``."""
+        error = fenced_error(self._agent, self._generation, owner)
+        self.superseded = self.superseded or error
+        return error
+
     async def holds_lease(self) -> bool:
         """Whether this store still holds the agent's newest lease generation (no newer store opened it since)."""
         async with self._connection("read lease") as conn:
@@ -511,7 +519,7 @@ class PostgresStore:
 
     def _check(self, owner: int | None) -> None:
         if owner != self._generation:
-            raise fenced_error(self._agent, self._generation, owner)
+            raise self._fenced_out(owner)
 
     async def _submission_lookup(self, conn: Any, record: SubmissionRecord) -> tuple[Any, Any]:
         """The rows that hold the record's id and its key (None for each that none does)."""

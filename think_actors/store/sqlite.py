@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import StoreError, StoreFencedError
 from ..messages import UIMessage
 from ._codec import (
     EFFECT_COLUMNS,
@@ -91,6 +91,8 @@ class SQLiteStore:
         self._agent = agent or self._path
         self._conn: sqlite3.Connection | None = None
         self._generation = 0
+        # The error of the first write refused because a newer store owns the agent (``_lease.superseded``).
+        self.superseded: StoreFencedError | None = None
         self._closed = False
 
     @classmethod
@@ -324,7 +326,7 @@ class SQLiteStore:
         with self._guard("append chunks") as conn:
             inserted = conn.execute(CHUNK_INSERT_FENCED, (request_id, body, self._generation)).rowcount
             if inserted != 1:
-                raise fenced_error(self._agent, self._generation, _lease_owner(conn))
+                raise self._fenced_out(_lease_owner(conn))
 
     async def load_chunks(self, request_id: str) -> list[dict[str, Any]]:
         """The request's chunk log, in the order appended."""
@@ -411,6 +413,12 @@ class SQLiteStore:
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM effects")
 
+    def _fenced_out(self, owner: int | None) -> StoreFencedError:
+        """The error of a refused write; from now on this store says it is ``superseded``."""
+        error = fenced_error(self._agent, self._generation, owner)
+        self.superseded = self.superseded or error
+        return error
+
     async def holds_lease(self) -> bool:
         """Whether this store still holds the file's newest lease generation (no newer store opened it since)."""
         with self._guard("read lease") as conn:
@@ -492,7 +500,7 @@ class SQLiteStore:
                 if fenced:
                     owner = _lease_owner(conn)
                     if owner != self._generation:
-                        raise fenced_error(self._agent, self._generation, owner)
+                        raise self._fenced_out(owner)
                 yield conn
             except BaseException:
                 if conn.in_transaction:

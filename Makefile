@@ -19,7 +19,7 @@ MCP_NODE_STAMP := $(if $(NPM),tests/mcp_node/node_modules/.installed)
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: help install demo serve test lint typecheck bench bench-quick bench-full bench-peers clean
+.PHONY: help install demo serve test system-deps docs lint typecheck bench bench-quick bench-full bench-peers clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -64,12 +64,18 @@ demo: $(STAMP) ## Run the demo with the scripted model (ARGS="--model openai/gpt
 serve: $(STAMP) ## Run the WebSocket gateway in front of the demo agents (ARGS="--app mymodule --port 8787 --local")
 	$(VENV)/bin/think-actors serve $(ARGS)
 
-test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) $(PHOENIX_STAMP) ## Run the whole test suite, Ray tests included
+test: $(STAMP) $(NODE_STAMP) $(MCP_NODE_STAMP) $(PHOENIX_STAMP) system-deps ## Run the whole test suite, Ray tests included
 	$(PY) -m pytest $(ARGS)
 
+system-deps: ## Install Debian's chromium and PostgreSQL binaries for the tests (as root or with sudo; else says how)
+	scripts/install-system-deps.sh
+
+docs: $(STAMP) ## Build the docs site into site/ (mkdocs, strict: a broken link, anchor or API reference fails it)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d site
+
 lint: $(STAMP) ## ruff format check and lint; import-linter's contracts (the layers of docs/architecture.md)
-	$(PY) -m ruff format --check think_actors tests agents scripts
-	$(PY) -m ruff check think_actors tests agents scripts
+	$(PY) -m ruff format --check think_actors tests agents scripts examples
+	$(PY) -m ruff check think_actors tests agents scripts examples
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(STAMP) ## mypy --strict over the package
@@ -146,4 +152,4 @@ bench-peers: $(BENCH_STAMP) ## The in-process turn in think_actors, openai-agent
 	$(BENCH_PY) scripts/bench_peers.py $(ARGS)
 
 clean: ## Remove .venv, .venv-bench, .venv-phoenix and caches
-	rm -rf $(VENV) $(BENCH_VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(PHOENIX_VENV) .pytest_cache .mypy_cache .ruff_cache site

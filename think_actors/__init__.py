@@ -6,6 +6,7 @@ The package's layers, and what may import what, are drawn in ``docs/architecture
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from . import logs, mcp, metrics, testing
+from ._turn.spec import TurnOutcome
 from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
 from .chunks import (
@@ -107,7 +108,9 @@ from .submissions import Submission
 from .tools import ClientToolSchema, Tool, ToolContext, tool
 from .tracing import TracingConfig
 
-if _TYPE_CHECKING:
+if _TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs; at run time __getattr__ loads them
+    from .runtime import AgentHandle, AgentListing, get, init, list_agents, provision, shutdown, spawn
+    from .runtime.scheduler_actor import start_scheduler
     from .store.postgres import PostgresStore
 
 __version__ = "0.1.0"
@@ -116,6 +119,8 @@ _RUNTIME_NAMES = ("AgentHandle", "AgentListing", "get", "init", "list_agents", "
 
 
 def __getattr__(name: str) -> object:
+    """Load ``init``, ``spawn``, ``AgentHandle`` ... (the Ray runtime), ``start_scheduler`` and ``PostgresStore``
+    when first used."""
     # The runtime imports ray (~0.4 s, 75 MiB): load it when first used, so in-process use stays light.
     if name in _RUNTIME_NAMES:
         from . import runtime
@@ -232,6 +237,7 @@ __all__ = [
     "TurnConfig",
     "TurnContext",
     "TurnError",
+    "TurnOutcome",
     "TurnResult",
     "UIChunk",
     "UIMessage",

@@ -37,6 +37,7 @@ class DurableEntryPoints:
         submission_id: str | None = None,
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
+        output: Any = None,
     ) -> Submission:
         """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
 
@@ -44,10 +45,14 @@ class DurableEntryPoints:
         runs in the background through the normal turn queue, appending the messages only when it starts. A retry
         with the same ``submission_id`` or ``idempotency_key`` returns the existing submission with
         ``accepted=False`` and stores nothing. Never waits on the queue, so it is safe inside a turn, a tool and
-        ``on_chat_response``. Raises ConfigurationError for empty input or an id and key naming two submissions.
+        ``on_chat_response``. ``output`` asks for structured output as ``save_messages(output=...)`` does; the
+        completed submission carries it in ``Submission.output`` (``wait_for_submission``, ``inspect_submission``).
+        A model class is stored by its import path: an agent that restarts before the turn runs imports it again,
+        so define it at the top level of a module. Raises ConfigurationError for empty input, an ``output`` that is
+        neither a pydantic model class nor a dict, or an id and key naming two submissions.
         """
         return await self._durable.submissions.submit(
-            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata
+            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata, output=output
         )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:

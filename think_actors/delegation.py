@@ -54,10 +54,14 @@ class LocalAgentHandle:
         self.path: str = agent.path
 
     def chat(self, message: Any = "", **options: Any) -> Any:
+        """``Think.chat``: its ``ChatStream`` (``request_id``, ``status``, ``outcome``, ``collect()``)."""
         return self.agent.chat(message, **options)
 
-    async def save_messages(self, messages: Any, **options: Any) -> TurnResult:
-        result: TurnResult = await self.agent.save_messages(messages, **options)
+    async def save_messages(
+        self, messages: Any, *, body: dict[str, Any] | None = None, output: Any = None
+    ) -> TurnResult:
+        """``Think.save_messages``: run a turn and wait for its ``TurnResult`` (structured with ``output``)."""
+        result: TurnResult = await self.agent.save_messages(messages, body=body, output=output)
         return result
 
     async def continue_last_turn(self, **options: Any) -> TurnResult:
@@ -84,8 +88,19 @@ class LocalAgentHandle:
     async def observe(self, channel: str, callback: Any) -> Any:
         return self.agent.observe(channel, callback)
 
-    async def submit_messages(self, messages: Any, **options: Any) -> Any:
-        return await self.agent.submit_messages(messages, **options)
+    async def submit_messages(
+        self,
+        messages: Any,
+        *,
+        submission_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        output: Any = None,
+    ) -> Any:
+        """``Think.submit_messages``: the ``Submission``, once committed."""
+        return await self.agent.submit_messages(
+            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata, output=output
+        )
 
     async def inspect_submission(self, submission_id: str) -> Any:
         return await self.agent.inspect_submission(submission_id)
@@ -163,6 +178,12 @@ def agent_tool(
     Cancelling the parent's turn cancels the child's. On Ray, children are spread over the nodes like any
     agent; ``node_id`` asks for that node instead (softly: if it is gone, the child goes elsewhere).
     """
+    if not isinstance(agent_class, type):
+        cls = type(agent_class).__name__
+        raise ConfigurationError(
+            f"agent_tool takes an agent class, not an instance: pass agent_tool({cls}, description=...) rather "
+            f"than agent_tool({cls}(...), ...); each call of the tool starts a child agent of that class"
+        )
     schema, validator = _schema_of(input_schema)
     tool_name = name or re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", agent_class.__name__).lower()
 

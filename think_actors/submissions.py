@@ -18,6 +18,9 @@ class Submission:
     ``completed`` / ``aborted`` / ``skipped`` / ``error``. ``accepted`` is True only in the answer to the
     ``submit_messages`` call that created the row; a retry with the same id or idempotency key gets the existing
     row with ``accepted=False``. ``request_id`` is the id of the turn that runs it (the submission id).
+    ``output``: the structured output of a completed submission made with ``submit_messages(output=...)``, as
+    ``TurnResult.output`` has it (an instance of the model class, or the parsed JSON); ``inspect_submission`` and
+    ``wait_for_submission`` fill it in, listings and ``on_submission_status`` leave it None.
     """
 
     submission_id: str
@@ -31,6 +34,7 @@ class Submission:
     started_at: float | None = None
     completed_at: float | None = None
     message_ids: tuple[str, ...] = ()
+    output: Any = None
 
     @property
     def done(self) -> bool:

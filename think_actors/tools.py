@@ -14,9 +14,11 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+
+from .errors import ConfigurationError
 
 __all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "class_tools", "tool"]
 
@@ -273,6 +275,7 @@ def _tool_from_function(
     idempotent: bool = False,
 ) -> Tool:
     from_doc, arg_docs = _parse_docstring(fn.__doc__)
+    _check_annotated(fn, name or fn.__name__)
     try:
         hints = get_type_hints(fn)
     except Exception:  # unresolvable forward references: fall back to raw annotations
@@ -295,6 +298,39 @@ def _tool_from_function(
     )
 
 
+def _check_annotated(fn: Callable[..., Any], tool_name: str) -> None:
+    """Refuse a parameter without a type: its schema would accept anything, and the model is told nothing."""
+    for param in inspect.signature(fn).parameters.values():
+        if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.name.startswith("_") and param.default is not inspect.Parameter.empty:
+            continue  # left out of the schema
+        if param.annotation is inspect.Parameter.empty:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: parameter {param.name!r} has no type annotation; annotate it (e.g. "
+                f"`{param.name}: str`) so the model is told what to pass and its input is checked, or use "
+                f"`{param.name}: Any` to accept anything"
+            )
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    resources: dict[str, float] | None = None,
+    needs_approval: bool | Callable[[Any], Any] = False,
+    idempotent: bool = False,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -305,7 +341,7 @@ def tool(
     resources: dict[str, float] | None = None,
     needs_approval: bool | Callable[[Any], Any] = False,
     idempotent: bool = False,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make a tool of a function or method; its docstring describes it and its signature gives the schema.
 
     Use bare (``@tool``) or with options (``@tool(num_cpus=2)``). An ``async def`` generator streams

@@ -112,11 +112,12 @@ async def test_a_long_turn_crosses_whole_and_the_actor_call_still_ends_on_its_ow
 
 
 async def _items_of_a_turn(handle: Any, message: str) -> list[list[str]]:
-    """A turn of the agent actor as Ray stream items: the chunk types each item carried."""
+    """A turn of the agent actor as Ray stream items: the chunk types each item carried (the turn's outcome,
+    which follows its last chunk, as ``outcome``)."""
     call = handle._actor.chat.options(num_returns="streaming").remote(
         pack_call(message, {"request_id": None}, (), None)
     )
-    return [[chunk.type for chunk in _unpack(await ref)] async for ref in call]
+    return [[getattr(item, "type", "outcome") for item in _unpack(await ref)] async for ref in call]
 
 
 async def test_an_agent_started_with_first_chunk_at_once_off_sends_a_quick_turn_as_one_item(
@@ -132,7 +133,8 @@ async def test_an_agent_started_with_first_chunk_at_once_off_sends_a_quick_turn_
     finally:
         await held.kill(restart=False)
         await at_once.kill(restart=False)
-    kinds = ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish"]
+    # The turn's outcome (what the caller's stream.status and stream.outcome say) crosses with its last chunks.
+    kinds = ["start", "start-step", "text-start", "text-delta", "text-end", "finish-step", "finish", "outcome"]
     assert one == [kinds]  # the opening chunks waited for the text and crossed with it
     assert two == [["start"], kinds[1:]]  # the default: the start leaves the moment the turn starts
     assert (await held.get_messages())[-1].text == "echo: hi"

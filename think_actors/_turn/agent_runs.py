@@ -57,11 +57,10 @@ def format_input(value: Any) -> str:
 
 async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:
     """Run the child's turn and record how it ended; every path ends with a result, so no caller waits forever."""
-    outcome = None
+    stream = None
     error: str | None = None
     try:
         stream = engine.agent.chat(format_input(input), request_id=run_id, output=output)
-        outcome = stream.outcome
         async for chunk in stream:
             if chunk.type == "error":
                 error = chunk.error_text
@@ -70,6 +69,9 @@ async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output:
     except Exception as err:  # e.g. a request id still in use: the run fails, it does not hang
         error = str(err) or type(err).__name__
     finally:
+        outcome = None  # the turn never started
+        if stream is not None and stream.status not in ("pending", "running"):
+            outcome = stream.outcome
         run.result = _result(run_id, outcome, error, output is not None)
         try:
             await engine.store.set_kv(

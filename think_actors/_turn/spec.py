@@ -23,6 +23,14 @@ __all__ = ["TurnOutcome", "TurnSpec", "normalize_input"]
 
 @dataclass(slots=True)
 class TurnOutcome:
+    """How a turn ended: ``ChatStream.outcome`` (and an ``AgentHandle``'s stream's) once the stream has ended.
+
+    ``status`` is ``completed``, ``error``, ``aborted`` or ``skipped``; ``message`` the assistant message the turn
+    stored (None when it stored none); ``error`` the text ``on_chat_error`` chose; ``output`` the structured output
+    (``output=``); ``classification`` what ``classify_chat_error`` said of its error; ``usage`` and ``cost_usd``
+    what its model requests used and cost.
+    """
+
     status: str = "completed"
     message: UIMessage | None = None
     error: str | None = None

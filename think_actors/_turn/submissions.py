@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import importlib
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic import BaseModel
 
 from .. import tracing
 from ..errors import ConfigurationError
@@ -25,6 +29,7 @@ from ..messages import new_id
 from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
+from ..tools import _jsonable
 from .driver import TurnSpec, normalize_input, turn_stream
 from .engine import Engine
 
@@ -43,6 +48,7 @@ class Submissions:
         self._drain: asyncio.Task[None] | None = None
         self._again = False
         self._changed = asyncio.Condition()
+        self._output_types: dict[str, Any] = {}  # submission id -> the output= it was given, in this process
 
     # ------------------------------------------------------------------ acceptance
 
@@ -53,6 +59,7 @@ class Submissions:
         submission_id: str | None,
         idempotency_key: str | None,
         metadata: dict[str, Any] | None,
+        output: Any = None,
     ) -> Submission:
         if callable(messages):
             raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
@@ -64,9 +71,15 @@ class Submissions:
                 raise ConfigurationError(f"{name} must be a non-empty str, got {value!r}")
         if metadata is not None and not isinstance(metadata, dict):
             raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
+        wanted = _output_spec(output)
         engine = self.engine
         await engine.ensure_started()
         sid = submission_id or new_id()
+        if wanted is not None:
+            # Before the row: a drain running now may claim it at once. A retry keeps what the first call stored.
+            self._output_types[sid] = output
+            if await engine.store.get_kv(_OUTPUT_KEY + sid) is None:
+                await engine.store.set_kv(_OUTPUT_KEY + sid, wanted)
         record = SubmissionRecord(
             submission_id=sid,
             request_id=sid,
@@ -78,6 +91,9 @@ class Submissions:
             traceparent=tracing.traceparent(),  # the submitter's span: the drain that runs it links to it
         )
         stored, created = await engine.store.insert_submission(record, id_given=submission_id is not None)
+        if wanted is not None and stored.submission_id != sid:  # the key's earlier submission: nothing new runs
+            self._output_types.pop(sid, None)
+            await engine.store.set_kv(_OUTPUT_KEY + sid, None)
         if created:
             engine.publish(
                 "submission:create",
@@ -92,7 +108,7 @@ class Submissions:
 
     async def inspect(self, submission_id: str) -> Submission | None:
         record = await self.engine.store.get_submission(submission_id)
-        return None if record is None else Submission.of(record)
+        return None if record is None else await self._with_output(Submission.of(record))
 
     async def list_some(self, status: str | Sequence[str] | None, limit: int) -> list[Submission]:
         statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
@@ -123,6 +139,8 @@ class Submissions:
         record = await store.get_submission(submission_id)
         if record is None or record.status not in TERMINAL_SUBMISSION_STATUSES:
             return False
+        self._output_types.pop(submission_id, None)
+        await store.set_kv(_OUTPUT_KEY + submission_id, None)
         return await store.delete_submission(submission_id)
 
     async def delete_many(self, status: str | Sequence[str] | None, completed_before: float | None, limit: int) -> int:
@@ -212,6 +230,10 @@ class Submissions:
                 # Its turn failed on the fence (or ran under it): the newer owner resumed the row or reset it.
                 log.info("submission %s left to the agent's newer owner (this store is fenced)", submission_id)
                 return
+            if status == "completed" and outcome.output is not None:  # kept before the status: a waiter reads it
+                wanted = await store.get_kv(_OUTPUT_KEY + submission_id)
+                if isinstance(wanted, dict):
+                    await store.set_kv(_OUTPUT_KEY + submission_id, {**wanted, "value": _jsonable(outcome.output)})
             if await store.update_submission(
                 submission_id, expect_status=("running",), status=status, error=error, completed_at=time.time()
             ):
@@ -290,6 +312,14 @@ class Submissions:
             await store.update_submission(sid, expect_status=("running",), messages_applied_at=time.time())
 
         finished = self.finisher(sid)
+        try:
+            output = await self._output_type(sid)
+        except ConfigurationError as err:  # its output type cannot be loaded here: it fails before its turn
+            if await store.update_submission(
+                sid, expect_status=("running",), status="error", error=str(err), completed_at=time.time()
+            ):
+                await self._status(await store.get_submission(sid))
+            return
 
         async def on_finished(outcome: Any) -> None:
             if spec.signal.aborted and outcome.status == "completed":
@@ -302,6 +332,7 @@ class Submissions:
             signal=engine.aborts.signal(record.request_id),
             generation=engine.queue.generation,
             input=list(record.messages),
+            output=output,
             submission_id=sid,
             raise_setup_errors=True,
             should_apply=still_running,
@@ -323,6 +354,36 @@ class Submissions:
         if not spec.resumed:
             await on_finished(spec.outcome)
 
+    # ------------------------------------------------------------------ structured output
+
+    async def _output_type(self, submission_id: str) -> Any:
+        """The ``output=`` the submission was made with (None: plain text); ConfigurationError when its class
+        cannot be imported in this process."""
+        if submission_id in self._output_types:
+            return self._output_types[submission_id]
+        wanted = await self.engine.store.get_kv(_OUTPUT_KEY + submission_id)
+        if not isinstance(wanted, dict):
+            return None
+        output = wanted["format"] if "format" in wanted else _import_class(wanted["class"])
+        self._output_types[submission_id] = output
+        return output
+
+    async def _with_output(self, submission: Submission) -> Submission:
+        """``submission`` with its structured output, when it completed with one."""
+        if submission.status != "completed":
+            return submission
+        kept = await self.engine.store.get_kv(_OUTPUT_KEY + submission.submission_id)
+        if not isinstance(kept, dict) or "value" not in kept:
+            return submission
+        value = kept["value"]
+        try:
+            output = await self._output_type(submission.submission_id)
+        except ConfigurationError:
+            output = None  # its class is not importable here: the JSON as stored
+        if isinstance(output, type) and issubclass(output, BaseModel):
+            value = output.model_validate(value)
+        return dataclasses.replace(submission, output=value)
+
     # ------------------------------------------------------------------ status
 
     async def _status(self, record: SubmissionRecord | None) -> None:
@@ -339,6 +400,36 @@ class Submissions:
             log.exception("on_submission_status raised (ignored)")
         async with self._changed:
             self._changed.notify_all()
+
+
+_OUTPUT_KEY = "submission-output:"  # kv: {"class": "module:Name"} or {"format": {...}}, then its "value"
+
+
+def _output_spec(output: Any) -> dict[str, Any] | None:
+    """How a submission's ``output=`` is stored: a pydantic class by its import path, a response_format as is."""
+    if output is None:
+        return None
+    if isinstance(output, type) and issubclass(output, BaseModel):
+        return {"class": f"{output.__module__}:{output.__qualname__}"}
+    if isinstance(output, dict):
+        return {"format": output}
+    raise ConfigurationError(
+        f"submit_messages(output=...) takes a pydantic model class or a response_format dict, not {output!r}"
+    )
+
+
+def _import_class(path: str) -> Any:
+    module_name, _, qualname = path.partition(":")
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        raise ConfigurationError(
+            f"the submission's output class {path!r} cannot be imported in this process: define it at the top level "
+            "of a module the agent's process can import"
+        ) from None
+    return found
 
 
 LIST_LIMIT_MAX = 100  # Think's clamps: a listing keeps at most 100, a bulk delete removes at most 500

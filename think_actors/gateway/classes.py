@@ -1,4 +1,4 @@
-"""The agent classes a gateway serves: the ``Think`` subclasses of an ``--app`` module.
+"""What a gateway serves: the ``Think`` subclasses of an ``--app`` module, and the module's ``setup()``.
 
 Its own module because both the command line (``cli``) and the gateway actors on Ray (``ray_server``, which import
 the module again in their own process) need it, and neither may import the other for it.
@@ -12,9 +12,28 @@ import inspect
 from ..agent import Think
 from ..errors import ConfigurationError
 
-__all__ = ["DEFAULT_APP", "agent_classes"]
+__all__ = ["DEFAULT_APP", "SETUP_FUNCTION", "agent_classes", "run_app_setup"]
 
 DEFAULT_APP = "agents.team"
+SETUP_FUNCTION = "setup"
+
+
+async def run_app_setup(module_name: str) -> bool:
+    """Call the ``--app`` module's ``setup()`` (a plain or an ``async`` function), if it defines one; whether it did.
+
+    ``think-actors serve`` calls it once, in its own process, before it serves: on Ray after ``ta.init()``, so it
+    can start the actors the agents' ``actor_tool`` calls reach (named, in the runtime's namespace) or provision
+    agents. Only a function defined in the module itself counts (an imported ``setup``, such as setuptools', is
+    not called). Whatever it raises stops ``serve``.
+    """
+    module = importlib.import_module(module_name)
+    setup = vars(module).get(SETUP_FUNCTION)
+    if not inspect.isfunction(setup) or setup.__module__ != module.__name__:
+        return False
+    result = setup()
+    if inspect.isawaitable(result):
+        await result
+    return True
 
 
 def agent_classes(module_name: str) -> list[type[Think]]:

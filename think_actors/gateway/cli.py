@@ -1,11 +1,13 @@
 """``think-actors serve``: the gateway in front of the agent classes of a module (with ``--mcp``, also their MCP
-server at ``/mcp``; with ``--mcp-stdio``, only the MCP server, on stdin/stdout)."""
+server at ``/mcp``; with ``--mcp-stdio``, only the MCP server, on stdin/stdout), and ``think-actors chat``: one agent
+in the terminal."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import ipaddress
 import logging
 import os
@@ -17,9 +19,10 @@ from aiohttp import web
 
 from ..errors import ConfigurationError
 from .app import Gateway
-from .classes import DEFAULT_APP, agent_classes
+from .classes import DEFAULT_APP, agent_classes, run_app_setup
 from .directory import AgentDirectory, LocalDirectory, RayDirectory
 from .security import OriginPolicy
+from .terminal import run_chat
 
 __all__ = ["DEFAULT_APP", "agent_classes", "check_binding", "main"]
 
@@ -42,7 +45,21 @@ def _is_loopback(host: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="think-actors", description="think_actors command line")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
+    chat = commands.add_parser(
+        "chat",
+        help="chat with one agent in the terminal",
+        description="Chat with one agent of --app: its replies stream as they arrive, tool calls are marked lines, "
+        "and its history is kept where `serve` keeps it ($THINK_STORE, else a SQLite file per agent under "
+        "$THINK_ACTORS_DATA_DIR, default ./.think_actors). Ctrl-D or /exit quits.",
+    )
+    chat.add_argument("--app", default=DEFAULT_APP, help="module whose Think subclasses may be chatted with")
+    chat.add_argument(
+        "--agent", required=True, help="CLASS/NAME: the class in kebab case (as in gateway URLs), the agent's name"
+    )
+    chat.add_argument("--ray", action="store_true", help="run the agent on Ray instead of in this process")
+    chat.add_argument("--address", default=None, help="with --ray, the Ray address to join (default: local Ray)")
     serve = commands.add_parser("serve", help="run the WebSocket gateway")
     serve.add_argument("--app", default=DEFAULT_APP, help="module whose Think subclasses are served")
     serve.add_argument("--host", default="127.0.0.1")
@@ -78,12 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     # On stderr: with --mcp-stdio, stdout carries the protocol and nothing else.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    level = logging.WARNING if args.command == "chat" else logging.INFO  # a chat's terminal is for the chat
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     logging.getLogger("mcp").setLevel(logging.WARNING)  # the SDK logs every stateless request at INFO
     if "" not in sys.path and os.getcwd() not in sys.path:
         # As `python -m` does: --app names a module of the directory serve runs in (the console script's own
         # sys.path has only its bin directory, so `think-actors serve --app agents.team` found no agents).
         sys.path.insert(0, os.getcwd())
+    if args.command == "chat":
+        return _chat(args)
     try:
         check_binding(args.host, args.token)
         OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
@@ -97,7 +117,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.mcp:
         options["mcp"] = True
     if args.local:
-        web.run_app(Gateway(LocalDirectory(classes), **options).app(), host=args.host, port=args.port)
+        app = Gateway(LocalDirectory(classes), **options).app()
+
+        async def setup(_: web.Application) -> None:  # the module's setup(), in the loop that serves
+            await run_app_setup(args.app)
+
+        app.on_startup.append(setup)
+        web.run_app(app, host=args.host, port=args.port)
         return 0
     # Imported only for Ray: ray costs ~0.4 s and 75 MiB, which --local does not need (no circle: neither
     # module imports this one).
@@ -117,6 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gateways: list[Any] = []
         served: set[str] = set()
         pooled: set[str] = set()
+        await run_app_setup(args.app)  # once, before any gateway: the actors its agents' tools reach
         try:
             while True:
                 try:
@@ -140,6 +167,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _chat(args: argparse.Namespace) -> int:
+    """``think-actors chat``: one agent in the terminal (``terminal.py``)."""
+    try:
+        classes = agent_classes(args.app)
+        with contextlib.suppress(KeyboardInterrupt):
+            return asyncio.run(run_chat(args.app, args.agent, classes, ray=args.ray, address=args.address))
+    except ConfigurationError as err:
+        print(f"think-actors: {err.message}", file=sys.stderr)
+        return 2
+    return 130  # Ctrl-C
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("think_actors")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
 def _serve_mcp_stdio(args: argparse.Namespace, classes: list[Any]) -> int:
     """``--mcp-stdio``: the agents' MCP server on stdin/stdout, agents in this process or on Ray."""
     # Imported only here: the MCP SDK costs a second or more to import.
@@ -154,8 +200,14 @@ def _serve_mcp_stdio(args: argparse.Namespace, classes: list[Any]) -> int:
         with contextlib.redirect_stdout(sys.stderr):  # stdout is the protocol's: whatever Ray prints goes aside
             init(args.address, quiet=True)
         directory = RayDirectory(classes)
+
+    async def serve() -> None:
+        with contextlib.redirect_stdout(sys.stderr):  # what setup() prints must not reach the protocol
+            await run_app_setup(args.app)
+        await run_stdio(directory)
+
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_stdio(directory))
+        asyncio.run(serve())
     return 0
 
 

@@ -25,7 +25,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 class McpServerConfig(BaseModel):
     """How to reach one MCP server and how its tools join an agent's tool set.
 
-    Args:
+    Attributes:
         name: The server's name in the agent (``[A-Za-z0-9_-]``, at most 48 characters).
         transport: ``"stdio"`` (a subprocess speaking on stdin/stdout) or ``"http"`` (streamable HTTP).
         command: The executable of a stdio server.

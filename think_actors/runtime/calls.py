@@ -66,8 +66,15 @@ async def call_actor_method(target: Any, method: str, kwargs: dict[str, Any], na
     """Call ``method`` of an actor handle or named actor and await it, unwrapping Ray errors."""
     actor = target
     if isinstance(target, str):
+        namespace = namespace or _require_config().namespace
         try:
-            actor = ray.get_actor(target, namespace=namespace or _require_config().namespace)
+            actor = ray.get_actor(target, namespace=namespace)
         except ValueError:
-            raise AgentUnavailableError(f"no actor named {target!r}", agent=target) from None
+            raise AgentUnavailableError(
+                f"no actor named {target!r} in Ray namespace {namespace!r}: start it there before the tool is "
+                f"called, e.g. MyActor.options(name={target!r}, namespace={namespace!r}, lifetime='detached')"
+                ".remote() (with `think-actors serve`, in the app module's setup()), or give actor_tool(..., "
+                "namespace=...) the namespace it runs in",
+                agent=target,
+            ) from None
     return await _call(getattr(actor, method).remote(**kwargs))

@@ -104,8 +104,8 @@ def init(
     ``think_actors.tracing``).
     ``first_chunk_at_once``: an agent actor sends a turn's first chunk (``start``) the moment the turn starts, so a
     caller sees the turn begin before the model answers (the default). False: the opening chunks wait for the
-    turn's first content and cross with it, one Ray stream item fewer per turn (less CPU on a busy node, the
-    README's performance section measures it), for callers that wait for the text anyway (batch and scheduled work).
+    turn's first content and cross with it, one Ray stream item fewer per turn (less CPU on a busy node), for
+    callers that wait for the text anyway (batch and scheduled work).
     ``shared_hosts``: how many actors host the agents of classes with ``hosting = "shared"``, many agents to a
     process, spread over the nodes (default 0: one per CPU the cluster has now). An agent's host is fixed by its
     path and this count: drivers that join a cluster grown since should pass the first one's count.

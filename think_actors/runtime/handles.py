@@ -10,7 +10,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
@@ -31,7 +31,7 @@ from ..observability import Event
 from ..schedule import TaskInfo
 from ..store import MessageHit
 from ..submissions import Submission
-from ..tools import Tool, ToolContext
+from ..tools import ClientToolSchema, Tool, ToolContext
 from .calls import _call, _hibernated, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
@@ -171,14 +171,16 @@ class AgentHandle:
         self,
         message: Any = "",
         *,
-        client_tools: Any = None,
+        client_tools: Sequence[ClientToolSchema | dict[str, Any]] | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
         output: Any = None,
-        on_client_tool_call: Any = None,
+        on_client_tool_call: Callable[..., Any] | None = None,
         branch_from: str | None = None,
     ) -> RemoteStream:
-        """Stream a turn of the agent (chunks arrive in batches and are unbatched here)."""
+        """Stream a turn of the agent: ``async for chunk in handle.chat("hi")`` (chunks cross in batches and are
+        unbatched here). The stream's ``request_id``, ``status``, ``outcome`` and ``collect()`` are those of
+        ``Think.chat``'s ``ChatStream``; ``on_client_tool_call`` is refused (it would run in this process)."""
         if on_client_tool_call is not None:
             raise ConfigurationError("on_client_tool_call runs in the caller's process; it cannot cross actors")
         request_id = request_id or new_id()
@@ -232,6 +234,7 @@ class AgentHandle:
         )
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
+        """``Think.run_as_tool`` on the actor: the run's chunks, then its ``AgentRunResult``."""
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()
         reply_to, inbox, inflow = open_channel()
@@ -243,18 +246,28 @@ class AgentHandle:
 
         return RemoteStream(self._started(start), run_id, handle=self, restart=start, channel=(inbox, inflow))
 
-    async def save_messages(self, messages: Any, *, body: dict[str, Any] | None = None) -> TurnResult:
-        result: TurnResult = await self._invoke("save_messages", messages, body, chain.CHAIN.get(), tracing.carrier())
+    async def save_messages(
+        self, messages: Any, *, body: dict[str, Any] | None = None, output: Any = None
+    ) -> TurnResult:
+        """``Think.save_messages`` on the actor: run a turn and wait for its ``TurnResult``. ``output`` (a pydantic
+        model class, pickled to the actor: define it at the top level of a module) gives ``TurnResult.output``
+        as an instance of it."""
+        result: TurnResult = await self._invoke(
+            "save_messages", messages, body, chain.CHAIN.get(), tracing.carrier(), output
+        )
         return result
 
     async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
+        """``Think.continue_last_turn`` on the actor."""
         result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get(), tracing.carrier())
         return result
 
     async def add_messages(self, messages: Any, **options: Any) -> None:
+        """``Think.add_messages`` on the actor: write messages without a turn."""
         await self._invoke("add_messages", messages, options)
 
     async def get_messages(self) -> list[UIMessage]:
+        """The agent's transcript (``Think.load_messages`` on the actor, woken if it hibernates)."""
         messages: list[UIMessage] = await self._invoke("get_messages")
         return messages
 
@@ -264,9 +277,11 @@ class AgentHandle:
         return hits
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
+        """``Think.cancel_chat`` on the actor (awaited, where the in-process one is not): whether it aborted a turn."""
         return bool(await self._invoke("cancel_chat", request_id, reason))
 
     async def clear(self) -> None:
+        """``Think.clear`` on the actor: delete the history."""
         await self._invoke("clear")
 
     async def submit_messages(
@@ -276,32 +291,44 @@ class AgentHandle:
         submission_id: str | None = None,
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
+        output: Any = None,
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
-        kwargs = {"submission_id": submission_id, "idempotency_key": idempotency_key, "metadata": metadata}
+        kwargs = {
+            "submission_id": submission_id,
+            "idempotency_key": idempotency_key,
+            "metadata": metadata,
+            "output": output,
+        }
         # With the caller's trace context: the drain's span links to it, whenever the submission runs.
         trace = tracing.carrier()
         return await self._invoke("forward", "submit_messages", (messages,), kwargs, trace)  # type: ignore[no-any-return]
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
+        """``Think.inspect_submission`` on the actor."""
         return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]
 
     async def list_submissions(self, status: Any = None, limit: int = 50) -> list[Submission]:
+        """``Think.list_submissions`` on the actor."""
         return await self._forward("list_submissions", status, limit)  # type: ignore[no-any-return]
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
+        """``Think.cancel_submission`` on the actor."""
         return bool(await self._forward("cancel_submission", submission_id, reason))
 
     async def delete_submission(self, submission_id: str) -> bool:
+        """``Think.delete_submission`` on the actor."""
         return bool(await self._forward("delete_submission", submission_id))
 
     async def delete_submissions(
         self, status: Any = None, *, completed_before: float | None = None, limit: int = 100
     ) -> int:
+        """``Think.delete_submissions`` on the actor."""
         kwargs = {"completed_before": completed_before, "limit": limit}
         return int(await self._forward("delete_submissions", status, **kwargs))
 
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
+        """``Think.wait_for_submission`` on the actor: the submission once final (with its ``output``)."""
         return await self._forward(  # type: ignore[no-any-return]
             "wait_for_submission", submission_id, timeout_s=timeout_s
         )
@@ -315,6 +342,7 @@ class AgentHandle:
         return bool(await self._forward("add_tool_approval", tool_call_id, approved, **options))
 
     async def wait_until_stable(self, *, timeout_s: float | None = None) -> None:
+        """``Think.wait_until_stable`` on the actor."""
         await self._forward("wait_until_stable", timeout_s=timeout_s)
 
     async def pending_continuation_id(self) -> str | None:
@@ -365,12 +393,15 @@ class AgentHandle:
         return info
 
     async def list_schedules(self) -> list[TaskInfo]:
+        """``Think.list_schedules`` in the agent."""
         return list(await self._forward("list_schedules"))
 
     async def cancel_schedule(self, task_id: str) -> bool:
+        """``Think.cancel_schedule`` in the agent."""
         return bool(await self._forward("cancel_schedule", task_id))
 
     async def run_scheduled_task(self, handler: str, facts: dict[str, Any]) -> bool:
+        """``Think.run_scheduled_task`` in the agent (the cluster's scheduler calls it)."""
         return bool(await self._forward("run_scheduled_task", handler, facts))
 
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:

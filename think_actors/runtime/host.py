@@ -22,7 +22,7 @@ import ray
 
 from .. import metrics, registry, tracing
 from .._turn import chain
-from ..agent import Think
+from ..agent import ChatStream, Think
 from ..batching import BatchLimits, _batches, unpack_call
 from ..errors import (
     AgentCycleError,
@@ -274,7 +274,7 @@ class HostedAgent:
         message, options, caller_chain, trace = unpack_call(call)
         self._enter(caller_chain, trace)
         await self.agent.load_messages()
-        stream = self.agent.chat(message, **options).__aiter__()
+        stream = _then_outcome(self.agent.chat(message, **options))
         hold = not self.config.first_chunk_at_once
         batches = functools.partial(self._durable_batches, stream, hold_opening=hold)
         async for item in deliver(batches, self.config, reply_to):
@@ -320,9 +320,10 @@ class HostedAgent:
         body: dict[str, Any] | None,
         caller_chain: tuple[str, ...],
         trace: dict[str, str] | None = None,
+        output: Any = None,
     ) -> TurnResult:
         self._enter(caller_chain, trace)
-        return await self.agent.save_messages(messages, body=body)
+        return await self.agent.save_messages(messages, body=body, output=output)
 
     @_counted
     async def continue_last_turn(
@@ -371,6 +372,15 @@ class HostedAgent:
                 yield batch
         finally:
             unsubscribe()
+
+
+async def _then_outcome(stream: ChatStream) -> AsyncGenerator[Any, None]:
+    """A chat turn's chunks, then its ``TurnOutcome``: the caller's ``RemoteStream`` takes it off the end, so its
+    ``status`` and ``outcome`` are those of the in-process stream."""
+    async with contextlib.aclosing(stream.__aiter__()) as chunks:  # an early close ends the turn at once
+        async for chunk in chunks:
+            yield chunk
+    yield stream.outcome
 
 
 def _exit_actor() -> None:

@@ -88,13 +88,16 @@ class AgentListing:
 
     @property
     def addressable(self) -> int:
+        """How many agents a call can reach (resident or not)."""
         return len(self.agents)
 
     @property
     def resident(self) -> int:
+        """How many agents have a running actor."""
         return sum(1 for a in self.agents if a.resident)
 
     def resident_by_node(self) -> dict[str, int]:
+        """The resident agents per node id."""
         counts: dict[str, int] = {}
         for agent in self.agents:
             if agent.resident:

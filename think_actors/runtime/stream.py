@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
 from .._turn.journal import units
+from .._turn.spec import TurnOutcome
+from ..agent import NOT_AWAITABLE, NOT_SYNC_ITERABLE
 from ..batching import _is_last, _unpack
 from ..errors import (
     AgentUnavailableError,
@@ -54,7 +56,11 @@ class _Resumable(Protocol):
 
 
 class RemoteStream:
-    """Chunks of a streamed remote call, unbatched. Closing it early cancels the remote turn.
+    """Chunks of a streamed remote call, unbatched: ``async for chunk in stream`` or ``await stream.collect()``.
+    Closing it early cancels the remote turn.
+
+    A ``chat()`` stream answers ``request_id``, ``status`` and ``outcome`` as the in-process ``ChatStream`` does:
+    the agent's actor sends the turn's ``TurnOutcome`` after its last chunk, and the stream keeps it.
 
     When the actor dies during a turn, the error says so and names the turn: the restarted actor resumes it,
     and ``resume()`` follows the resumed turn from ``position``, the units (``journal.units``) of the turn's
@@ -68,7 +74,7 @@ class RemoteStream:
     def __init__(
         self,
         generator: Any,
-        request_id: str | None = None,
+        request_id: str = "",
         *,
         resumable: bool = False,
         handle: _Resumable | None = None,
@@ -76,7 +82,7 @@ class RemoteStream:
         position: int | None = None,
         channel: tuple[Inbox | None, Inflow | None] = (None, None),
     ):
-        self.request_id = request_id
+        self.request_id: str = request_id
         self.position = position  # None: this stream does not know where in its turn's stream it began
         self._resumable = resumable
         self._generator = generator
@@ -85,6 +91,10 @@ class RemoteStream:
         self._handle = handle  # with ``restart``: a call that found the agent hibernating wakes it and is resent
         self._restart = restart
         self._received = False
+        self._state = "pending"  # then "running", then "ended"
+        self._outcome: TurnOutcome | None = None
+        self._last_type: str | None = None  # the last chunk's type: how a stream without an outcome ended
+        self._stopped = False  # closed (or its reader cancelled) before its end
         self._inbox, self._inflow = channel
         if self._inbox is not None and self._inflow is not None:  # a stream dropped unread lets its inflow go too
             weakref.finalize(self, self._inbox.discard, self._inflow)
@@ -98,18 +108,57 @@ class RemoteStream:
     async def __anext__(self) -> Any:
         return await self.__aiter__().__anext__()
 
+    def __iter__(self) -> NoReturn:
+        raise TypeError(NOT_SYNC_ITERABLE)
+
+    def __await__(self) -> NoReturn:
+        raise TypeError(NOT_AWAITABLE)
+
     async def _unbatched(self) -> AsyncIterator[Any]:
+        self._state = "running"
         try:
             async for data in self._batches():
+                items = _unpack(data)
+                if items and type(items[-1]) is TurnOutcome:  # a chat turn's outcome follows its last chunk
+                    self._outcome = items.pop()
+                if not items:
+                    continue
+                self._last_type = getattr(items[-1], "type", None)
                 if self.position is None:
-                    for item in _unpack(data):
+                    for item in items:
                         yield item
                     continue
-                for item in _unpack(data):
+                for item in items:
                     self.position += units(item)
                     yield item
+        except Exception as err:
+            if self._outcome is None:
+                self._outcome = TurnOutcome(status="error", error=str(err) or type(err).__name__)
+            raise
+        except (GeneratorExit, asyncio.CancelledError):
+            self._stopped = True  # the reader stopped before the end: the remote turn is cancelled
+            raise
         finally:
+            self._state = "ended"
             self._release()
+
+    @property
+    def status(self) -> str:
+        """``pending`` until the stream is first read, ``running`` while it is read, then how the turn ended:
+        ``completed``, ``error``, ``aborted`` (cancelled, or the stream closed before its end) or ``skipped``."""
+        return self.outcome.status
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        """How the turn ended (status, message, error, structured output, usage, cost) once the stream has ended;
+        until then only its ``status`` is set, ``pending`` or ``running``, as ``status`` says. A stream that
+        carried no outcome (``attach``) tells its status by its last chunk."""
+        if self._state != "ended":
+            return TurnOutcome(status=self._state)
+        if self._outcome is None:
+            ended = {"finish": "completed", "error": "error", "abort": "aborted"}.get(self._last_type or "")
+            self._outcome = TurnOutcome(status=ended or ("aborted" if self._stopped else "completed"))
+        return self._outcome
 
     async def _batches(self) -> AsyncIterator[bytes]:
         """The call's packed batches in order: Ray items, then (when the first says so) the channel's frames."""
@@ -237,20 +286,24 @@ class RemoteStream:
     def resume(self) -> RemoteStream:
         """The rest of this stream's turn after an interruption, from ``position``: ``handle.attach(request_id,
         position=...)``. Resume the stream it returns in turn if that is interrupted too."""
-        if self._handle is None or self.request_id is None or self.position is None:
+        if self._handle is None or not self.request_id or self.position is None:
             raise ConfigurationError(
                 "only a chat() stream, or an attach() stream given a position, knows where to resume from"
             )
         return self._handle.attach(self.request_id, position=self.position)
 
     async def aclose(self) -> None:
+        """Stop reading: the remote turn is cancelled (its partial reply is kept)."""
         if not self._done:
             self._done = True
             if self._generator is not None:
                 ray.cancel(self._generator)
+        if self._state != "ended":
+            self._stopped, self._state = True, "ended"
         self._release()
 
     async def collect(self) -> list[Any]:
+        """Read the whole stream: every chunk of the turn, in order."""
         return [item async for item in self]
 
 

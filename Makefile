@@ -103,7 +103,7 @@ BENCH := \
 	"$(PY) scripts/bench_mcp.py" \
 	"$(PY) scripts/bench_tracing.py" \
 	"$(PY) scripts/bench_ray.py --turns 10" \
-	"$(PY) scripts/bench_recovery.py --crashes 5" \
+	"$(PY) scripts/bench_recovery.py --crashes 5 --burners 2" \
 	"$(PY) scripts/bench_gateway.py" \
 	"$(PY) scripts/bench_live.py" \
 	"$(PY) scripts/bench_scale.py --shared --skip a,c --agents 50 --turns 3" \

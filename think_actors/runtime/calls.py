@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
@@ -31,6 +33,33 @@ async def _call(ref: Any) -> Any:
         return await ref
     except (RayTaskError, RayActorError, ActorUnavailableError) as err:
         raise _unwrap(err) from None
+
+
+def _restarting(err: BaseException) -> bool:
+    """Whether a call failed because the agent's actor was down (crashed, restarting), not because of the call:
+    one that is safe to send again may wait for the restart."""
+    return isinstance(err, ActorUnavailableError | RayActorError) and not isinstance(err, RayTaskError)
+
+
+async def _until_restarted(send: Callable[[], Awaitable[Any]], first: BaseException, wait_s: float) -> Any:
+    """Send a call that is safe to repeat again and again until the restarted actor answers or ``wait_s`` passed
+    (then ``AgentUnavailableError`` says so); an error of the call itself is raised at once."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    pause, err = 0.05, first
+    while loop.time() < deadline:
+        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+        pause = min(pause * 2, 1.0)
+        try:
+            return await send()
+        except (RayTaskError, RayActorError, ActorUnavailableError) as again:
+            if not _restarting(again):
+                raise _unwrap(again) from None
+            err = again
+    raise AgentUnavailableError(
+        f"the agent's actor did not come back within {wait_s:g} s (ta.init(restart_wait_s=...)): {err}",
+        retryable=True,
+    ) from None
 
 
 def _hibernated(err: BaseException, path: str, actor: Any = None) -> bool:

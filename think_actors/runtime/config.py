@@ -45,6 +45,7 @@ class RuntimeConfig:
     shared_hosts: int = 1  # the actors that host the agents of classes with hosting = "shared" (shared.py)
     stream_channels: bool = True  # streamed calls' batches over direct connections, not Ray items (channel.py)
     stream_latency_s: float = 0.0  # how long a streamed call's producer may hold chunks to send them together
+    restart_wait_s: float = 60.0  # how long a handle's safe call waits for the agent's restarting actor
 
 
 _config: RuntimeConfig | None = None
@@ -69,6 +70,7 @@ def init(
     shared_hosts: int = 0,
     stream_channels: bool = True,
     stream_latency_ms: float = 0.0,
+    restart_wait_s: float = 60.0,
     **ray_kwargs: Any,
 ) -> RuntimeConfig:
     """Start (or join) Ray for think_actors. Local Ray by default; ``address="auto"`` joins a running cluster.
@@ -120,6 +122,12 @@ def init(
     a few tens of milliseconds, invisible to a reader, sends two or three tokens at a time and cuts the CPU each
     conversation costs (docs/performance.md measures it). The reader sees tokens in small bursts, each at most this
     much later per process on the way (the first token too), never out of order.
+    ``restart_wait_s``: how long a handle's call that is safe to send again waits for an agent whose actor Ray is
+    restarting (after a crash) before it raises ``AgentUnavailableError`` (default 60 s): reads (``get_messages``,
+    ``inspect_submission``, ``list_submissions``, ``wait_for_submission``, ``search_messages``, ...), a
+    submission with its ``submission_id`` or ``idempotency_key``, and ``attach`` with a position (what
+    ``stream.resume()`` sends). A call that may have run before the crash (``chat``, ``save_messages``, a
+    submission without a key) is not sent again: it raises at once and says how to follow the turn.
     Calling it again returns the same config.
     """
     global _config
@@ -173,6 +181,7 @@ def init(
         tracing=configure_tracing(tracing),  # decided in the driver, for every actor (and this process)
         stream_channels=stream_channels,
         stream_latency_s=stream_latency_s,
+        restart_wait_s=restart_wait_s,
     )
     return _config
 

@@ -32,7 +32,7 @@ from ..schedule import TaskInfo
 from ..store import MessageHit
 from ..submissions import Submission
 from ..tools import ClientToolSchema, Tool, ToolContext
-from .calls import _call, _hibernated, _unwrap, call_actor_method
+from .calls import _call, _hibernated, _restarting, _until_restarted, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
 from .placement import _actor_options
@@ -121,13 +121,16 @@ class AgentHandle:
     def __reduce__(self) -> tuple[Any, ...]:
         return (functools.partial(AgentHandle, shared=self.shared), (self._actor, self.path, self.class_name))
 
-    async def _invoke(self, method: str, *args: Any) -> Any:
-        """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran)."""
-        return await self._resend(lambda: getattr(self._actor, method).remote(*self._route, *args))
+    async def _invoke(self, method: str, *args: Any, safe: bool = False) -> Any:
+        """Call an actor method; an agent found hibernating is woken and the call sent again (it never ran). A
+        ``safe`` call (a read, or one the agent answers once however often it comes) also waits for an actor Ray
+        is restarting, up to ``restart_wait_s``."""
+        return await self._resend(lambda: getattr(self._actor, method).remote(*self._route, *args), safe=safe)
 
-    async def _resend(self, send: Callable[[], Awaitable[Any]]) -> Any:
+    async def _resend(self, send: Callable[[], Awaitable[Any]], *, safe: bool = False) -> Any:
         """Await ``send()`` against the agent's actor, started first if it never ran; when the call found the agent
-        hibernating (so nothing of it ran), wake the agent and send it again."""
+        hibernating (so nothing of it ran), wake the agent and send it again; when its actor was down and the call
+        is ``safe``, send it again until the restarted actor answers."""
         if self._actor is None:  # provisioned, never started
             await self._wake()
         for attempt in range(_WAKE_ATTEMPTS):
@@ -137,6 +140,17 @@ class AgentHandle:
                 if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path, self._actor):
                     await self._wake()
                     continue
+                if safe and _restarting(err):
+                    return await _until_restarted(send, err, _require_config().restart_wait_s)
+                if _restarting(err):
+                    raise AgentUnavailableError(
+                        f"agent {self.path!r}: its actor went down during the call, which may or may not have run; "
+                        "Ray restarts it and the agent resumes an interrupted turn by itself. Read what happened "
+                        "(get_messages, list_submissions) or follow the turn with attach(request_id, position=0); "
+                        f"a submission with a submission_id is safe to send again ({err})",
+                        agent=self.path,
+                        retryable=True,
+                    ) from None
                 raise _unwrap(err) from None
         raise AssertionError("unreachable")
 
@@ -164,7 +178,7 @@ class AgentHandle:
 
     async def info(self) -> dict[str, Any]:
         """``{"path", "pid", "node_id", "messages"}`` of the live actor (woken if it hibernates)."""
-        info: dict[str, Any] = await self._invoke("ready")
+        info: dict[str, Any] = await self._invoke("ready", safe=True)
         return info
 
     def chat(
@@ -231,6 +245,7 @@ class AgentHandle:
             restart=start,
             position=position,
             channel=(inbox, inflow),
+            safe=resumable,  # with a position, sending it again while the actor restarts repeats nothing
         )
 
     def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
@@ -268,12 +283,12 @@ class AgentHandle:
 
     async def get_messages(self) -> list[UIMessage]:
         """The agent's transcript (``Think.load_messages`` on the actor, woken if it hibernates)."""
-        messages: list[UIMessage] = await self._invoke("get_messages")
+        messages: list[UIMessage] = await self._invoke("get_messages", safe=True)
         return messages
 
     async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
         """``Think.search_messages`` on the actor (woken if it hibernates): its stored messages matching ``query``."""
-        hits: list[MessageHit] = await self._forward("search_messages", query, limit=limit)
+        hits: list[MessageHit] = await self._forward_safe("search_messages", query, limit=limit)
         return hits
 
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
@@ -302,15 +317,18 @@ class AgentHandle:
         }
         # With the caller's trace context: the drain's span links to it, whenever the submission runs.
         trace = tracing.carrier()
-        return await self._invoke("forward", "submit_messages", (messages,), kwargs, trace)  # type: ignore[no-any-return]
+        keyed = submission_id is not None or idempotency_key is not None  # sent twice, still one submission
+        return await self._invoke(  # type: ignore[no-any-return]
+            "forward", "submit_messages", (messages,), kwargs, trace, safe=keyed
+        )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         """``Think.inspect_submission`` on the actor."""
-        return await self._forward("inspect_submission", submission_id)  # type: ignore[no-any-return]
+        return await self._forward_safe("inspect_submission", submission_id)  # type: ignore[no-any-return]
 
     async def list_submissions(self, status: Any = None, limit: int = 50) -> list[Submission]:
         """``Think.list_submissions`` on the actor."""
-        return await self._forward("list_submissions", status, limit)  # type: ignore[no-any-return]
+        return await self._forward_safe("list_submissions", status, limit)  # type: ignore[no-any-return]
 
     async def cancel_submission(self, submission_id: str, reason: str | None = None) -> bool:
         """``Think.cancel_submission`` on the actor."""
@@ -329,7 +347,7 @@ class AgentHandle:
 
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Submission:
         """``Think.wait_for_submission`` on the actor: the submission once final (with its ``output``)."""
-        return await self._forward(  # type: ignore[no-any-return]
+        return await self._forward_safe(  # type: ignore[no-any-return]
             "wait_for_submission", submission_id, timeout_s=timeout_s
         )
 
@@ -347,7 +365,7 @@ class AgentHandle:
 
     async def pending_continuation_id(self) -> str | None:
         """``Think.pending_continuation_id`` on the actor."""
-        return await self._forward("pending_continuation_id")  # type: ignore[no-any-return]
+        return await self._forward_safe("pending_continuation_id")  # type: ignore[no-any-return]
 
     async def set_client_tools(self, client_tools: Any) -> None:
         """``Think.set_client_tools`` on the actor."""
@@ -359,7 +377,7 @@ class AgentHandle:
 
     async def chat_terminal(self) -> dict[str, Any] | None:
         """``Think.chat_terminal`` on the actor."""
-        return await self._forward("chat_terminal")  # type: ignore[no-any-return]
+        return await self._forward_safe("chat_terminal")  # type: ignore[no-any-return]
 
     async def remember_chat_terminal(self, record: dict[str, Any] | None) -> None:
         """``Think.remember_chat_terminal`` on the actor."""
@@ -379,12 +397,12 @@ class AgentHandle:
 
     async def get_mcp_servers(self) -> dict[str, McpServerState]:
         """``Think.get_mcp_servers`` on the actor."""
-        states: dict[str, McpServerState] = await self._forward("get_mcp_servers")
+        states: dict[str, McpServerState] = await self._forward_safe("get_mcp_servers")
         return states
 
     async def wait_for_mcp_connections(self, timeout_s: float | None = 10.0) -> dict[str, McpServerState]:
         """``Think.wait_for_mcp_connections`` on the actor."""
-        states: dict[str, McpServerState] = await self._forward("wait_for_mcp_connections", timeout_s)
+        states: dict[str, McpServerState] = await self._forward_safe("wait_for_mcp_connections", timeout_s)
         return states
 
     async def schedule(self, when: Any, prompt: str | None = None, **options: Any) -> TaskInfo:
@@ -394,7 +412,7 @@ class AgentHandle:
 
     async def list_schedules(self) -> list[TaskInfo]:
         """``Think.list_schedules`` in the agent."""
-        return list(await self._forward("list_schedules"))
+        return list(await self._forward_safe("list_schedules"))
 
     async def cancel_schedule(self, task_id: str) -> bool:
         """``Think.cancel_schedule`` in the agent."""
@@ -406,6 +424,10 @@ class AgentHandle:
 
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return await self._invoke("forward", method, args, kwargs)
+
+    async def _forward_safe(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``_forward`` of a read: it waits for a restarting actor (``restart_wait_s``)."""
+        return await self._invoke("forward", method, args, kwargs, safe=True)
 
     async def observe(self, channel: str, callback: Callable[[Event], Any]) -> Callable[[], None]:
         """Subscribe ``callback(event)`` to one of the agent's observability channels (see ``Think.observe``).

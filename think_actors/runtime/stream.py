@@ -20,9 +20,9 @@ from ..errors import (
     ConfigurationError,
     StreamChannelError,
 )
-from .calls import _hibernated, _unwrap
+from .calls import _hibernated, _restarting, _unwrap
 from .channel import _DRAIN_AFTER_END_S, CHANNEL, END, Inbox, Inflow, inbox_for_loop, sent_count
-from .config import current_config
+from .config import _require_config, current_config
 
 _CLOSED_GRACE_S = 5.0  # a broken channel: how long to wait for the call's own error (the producer's death)
 _node_ip: str | None = None
@@ -81,6 +81,7 @@ class RemoteStream:
         restart: Callable[[], Any] | None = None,
         position: int | None = None,
         channel: tuple[Inbox | None, Inflow | None] = (None, None),
+        safe: bool = False,
     ):
         self.request_id: str = request_id
         self.position = position  # None: this stream does not know where in its turn's stream it began
@@ -95,6 +96,11 @@ class RemoteStream:
         self._outcome: TurnOutcome | None = None
         self._last_type: str | None = None  # the last chunk's type: how a stream without an outcome ended
         self._stopped = False  # closed (or its reader cancelled) before its end
+        # ``safe``: the call may be sent again while the agent's actor restarts (``restart_wait_s``), as an attach
+        # with a position may (its caller gets each chunk once however often it is sent).
+        self._waits_restart = safe and restart is not None
+        self._restart_deadline: float | None = None
+        self._restart_pause = 0.05
         self._inbox, self._inflow = channel
         if self._inbox is not None and self._inflow is not None:  # a stream dropped unread lets its inflow go too
             weakref.finalize(self, self._inbox.discard, self._inflow)
@@ -184,6 +190,11 @@ class RemoteStream:
                     self._generator = restart()
                     self._restart = None  # once
                     continue
+                if not self._received and restart is not None and self._waits_restart and _restarting(err):
+                    # An attach with a position is safe to send again: wait for the restarted actor.
+                    await self._restart_wait(err)
+                    self._generator = restart()
+                    continue
                 self._done = True
                 raise self._error(err) from None
             self._received = True
@@ -264,6 +275,22 @@ class RemoteStream:
         watch = asyncio.ensure_future(_next_item(self._generator))
         watch.add_done_callback(lambda _: inflow.wake())
         return watch
+
+    async def _restart_wait(self, err: BaseException) -> None:
+        """A pause before sending the attach again; past ``restart_wait_s`` since the first failure, the error."""
+        loop = asyncio.get_running_loop()
+        if self._restart_deadline is None:
+            self._restart_deadline = loop.time() + _require_config().restart_wait_s
+        if loop.time() >= self._restart_deadline:
+            self._done = True
+            raise AgentUnavailableError(
+                f"the agent's actor did not come back within the restart wait (ta.init(restart_wait_s=...)) to "
+                f"resume turn {self.request_id!r}: {err}",
+                request_id=self.request_id,
+                retryable=True,
+            ) from None
+        await asyncio.sleep(self._restart_pause)
+        self._restart_pause = min(self._restart_pause * 2, 1.0)
 
     def _error(self, err: BaseException) -> BaseException:
         """What the caller sees of a failed call."""

@@ -104,5 +104,18 @@ async def test_actor_tool_outside_the_runtime_says_to_start_it() -> None:
         delegation._actor_calls = saved
     [failed] = [c for c in chunks if c.type == "tool-output-error"]
     assert failed.error_text.endswith(
-        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first (ta.init())"
+        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first (ta.init(); with `think-actors chat`, pass --ray)"
     )
+
+
+def test_two_tools_under_one_name_are_refused_naming_it() -> None:
+    class Child(ta.Think):
+        pass
+
+    class Twice(ta.Think):
+        tools = [ta.agent_tool(Child, description="one"), ta.agent_tool(Child, description="two")]
+
+    with pytest.raises(ta.ConfigurationError, match=r"two tools of Twice are named 'child'.*name="):
+        Twice("t", model=ScriptedModel([]), store=ta.MemoryStore())
+    named = [ta.agent_tool(Child, description="one"), ta.agent_tool(Child, name="child_2", description="two")]
+    Twice("t", model=ScriptedModel([]), store=ta.MemoryStore(), tools=named)  # each its own name: fine

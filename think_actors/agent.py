@@ -219,6 +219,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
             self.instructions = instructions
         if tools is not None:
             self.tools = tuple(tools)
+        _check_tool_names(type(self).__name__, self.tools)
         if max_steps is not None:
             self.max_steps = max_steps
         if data_dir is not None:
@@ -575,6 +576,20 @@ class Think(LifecycleHooks, DurableEntryPoints):
 
 
 _CHAT_TERMINAL_KEY = "gateway:chat-terminal"
+
+
+def _check_tool_names(agent: str, tools: Sequence[Tool]) -> None:
+    """Two tools of one agent under one name would leave the model only the last: refuse, naming it."""
+    seen: set[str] = set()
+    for t in tools:
+        name = getattr(t, "name", None)
+        if name in seen:
+            raise ConfigurationError(
+                f"two tools of {agent} are named {name!r}, and the model would see only the last: give one a name "
+                f"of its own (e.g. ta.agent_tool(Child, name='{name}_2', ...) or @ta.tool(name=...))"
+            )
+        if isinstance(name, str):
+            seen.add(name)
 
 
 def _client_tools(schemas: Sequence[ClientToolSchema | dict[str, Any]] | None, executor: Any) -> list[Tool]:

@@ -306,7 +306,7 @@ def actor_tool(
         if _actor_calls is None:
             raise ConfigurationError(
                 f"tool {tool_name!r} calls a Ray actor from an agent outside any actor: start the runtime first "
-                "(ta.init())"
+                "(ta.init(); with `think-actors chat`, pass --ray)"
             )
         return await _actor_calls(target, method, kwargs, namespace)
 

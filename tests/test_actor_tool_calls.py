@@ -36,7 +36,8 @@ async def test_without_the_runtime_an_actor_tool_says_to_start_it(monkeypatch: p
     [failed] = [c for c in chunks if c.type == "tool-output-error"]
     assert failed.tool_call_id == "call-1"
     assert failed.error_text == (
-        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first (ta.init(); with `think-actors chat`, pass --ray)"
+        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first "
+        "(ta.init(); with `think-actors chat`, pass --ray)"
     )
 
 

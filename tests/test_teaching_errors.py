@@ -104,7 +104,8 @@ async def test_actor_tool_outside_the_runtime_says_to_start_it() -> None:
         delegation._actor_calls = saved
     [failed] = [c for c in chunks if c.type == "tool-output-error"]
     assert failed.error_text.endswith(
-        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first (ta.init(); with `think-actors chat`, pass --ray)"
+        "tool 'add' calls a Ray actor from an agent outside any actor: start the runtime first "
+        "(ta.init(); with `think-actors chat`, pass --ray)"
     )
 
 

@@ -22,8 +22,9 @@ import ray
 
 from .. import metrics, registry, tracing
 from .._turn import chain
-from ..agent import ChatStream, Think
+from ..agent import Think
 from ..batching import BatchLimits, _batches, unpack_call
+from ..chat_stream import ChatStream
 from ..errors import (
     AgentCycleError,
     AgentHibernatedError,

@@ -13,8 +13,8 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 
 from .._turn.journal import units
 from .._turn.spec import TurnOutcome
-from ..agent import NOT_AWAITABLE, NOT_SYNC_ITERABLE
 from ..batching import _is_last, _unpack
+from ..chat_stream import NOT_AWAITABLE, NOT_SYNC_ITERABLE
 from ..errors import (
     AgentUnavailableError,
     ConfigurationError,

@@ -61,9 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     chat.add_argument("--ray", action="store_true", help="run the agent on Ray instead of in this process")
     chat.add_argument("--address", default=None, help="with --ray, the Ray address to join (default: local Ray)")
     serve = commands.add_parser("serve", help="run the WebSocket gateway")
-    serve.add_argument("--app", default=DEFAULT_APP, help="module whose Think subclasses are served")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8787)
+    serve.add_argument(
+        "--app", default=DEFAULT_APP, help=f"module whose Think subclasses are served (default: {DEFAULT_APP})"
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs --token)"
+    )
+    serve.add_argument("--port", type=int, default=8787, help="port to listen on (default 8787); Ctrl-C stops")
     serve.add_argument("--token", default=None, help="bearer token every request must carry")
     serve.add_argument("--local", action="store_true", help="run agents in this process instead of on Ray")
     serve.add_argument("--address", default=None, help="Ray address to join (default: start local Ray)")

@@ -57,7 +57,9 @@ def without_tracing(into: Path) -> str | None:
             ["git", "apply", "-R", "--3way", "-"], cwd=into, input=patch, text=True, capture_output=True
         )
         if done.returncode != 0:
-            conflicted = " ".join(line.split()[-1] for line in (done.stdout + done.stderr).splitlines() if line.startswith("U "))
+            conflicted = " ".join(
+                line.split()[-1] for line in (done.stdout + done.stderr).splitlines() if line.startswith("U ")
+            )
             return f"reverting {commit[:10]} no longer applies (later changes overlap it in {conflicted or 'the turn'})"
     return None
 

@@ -2,8 +2,10 @@
 (not editable) beside the hash-pinned lock in a fresh venv, used from a directory outside the repository.
 
 There the first example runs, and every example type-checks clean under ``mypy --strict`` and ``pyright``, which
-read the installed package's inline types (its ``py.typed``), as a user's checker would. Slow: the lock installs
-from pip's cache in about a minute and a half, mypy's first run over ray and litellm takes half a minute more.
+read the installed package's inline types (its ``py.typed``), as a user's checker would: the programs of
+``examples/``, and the Python examples of README.md and docs/**/*.md, each page's blocks as one module. Slow: the
+lock installs from pip's cache in about a minute and a half, mypy's first run over ray and litellm takes half a
+minute more.
 """
 
 from __future__ import annotations
@@ -17,9 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from docs_examples import pages, parse
 
 REPO = Path(__file__).resolve().parent.parent
 INSTALL_TIMEOUT_S = 900
+
+# A page's blocks redefine names as a reader pastes one example after another (most define their own
+# `async def main()`), which one module may not do; so these modules, and only they, allow redefinition. Every
+# other rule of both checkers holds.
+DOCS_MODULE_HEADER = ['# mypy: disable-error-code="no-redef"', "# pyright: reportRedeclaration=false"]
 
 
 def run(*command: str | Path, cwd: Path, timeout_s: float = 300) -> str:
@@ -43,7 +51,8 @@ def run(*command: str | Path, cwd: Path, timeout_s: float = 300) -> str:
 @pytest.fixture(scope="module")
 def user_project() -> Iterator[tuple[Path, Path]]:
     """``(venv python, project dir)``: a fresh venv holding the lock and the wheel, and a project outside the
-    repository holding a copy of ``examples/``. Removed afterwards (the venv is over a gigabyte)."""
+    repository holding a copy of ``examples/`` and the docs' examples in ``docs/``. Removed afterwards (the venv is
+    over a gigabyte)."""
     root = Path(tempfile.mkdtemp(prefix="think-actors-wheel-"))
     try:
         # Build from a copy of what the wheel is made of, so the build writes nothing into the repository.
@@ -65,6 +74,7 @@ def user_project() -> Iterator[tuple[Path, Path]]:
         project = root / "project"
         project.mkdir()
         shutil.copytree(REPO / "examples", project / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+        write_docs_modules(project / "docs")
         yield python, project
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -100,6 +110,51 @@ def test_every_example_type_checks_under_pyright(user_project: tuple[Path, Path]
     python, project = user_project
     out = run(python.with_name("pyright"), "--pythonpath", python, "examples", cwd=project)
     assert out.splitlines()[-1] == "0 errors, 0 warnings, 0 informations"
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)
+def test_every_docs_example_type_checks_under_mypy_strict(user_project: tuple[Path, Path]) -> None:
+    python, project = user_project
+    out = run(python, "-m", "mypy", "--strict", "docs", cwd=project)
+    assert out.splitlines()[-1] == f"Success: no issues found in {_docs_modules(project)} source files"
+
+
+@pytest.mark.timeout(INSTALL_TIMEOUT_S + 300)
+def test_every_docs_example_type_checks_under_pyright(user_project: tuple[Path, Path]) -> None:
+    python, project = user_project
+    out = run(python.with_name("pyright"), "--pythonpath", python, "docs", cwd=project)
+    assert out.splitlines()[-1] == "0 errors, 0 warnings, 0 informations"
+
+
+def write_docs_modules(directory: Path) -> None:
+    """Write each page's Python examples into ``directory`` as one module, as Sybil's parsers find them
+    (docs_examples.py): the hidden blocks included, the skipped ones left out, in page order. Each block keeps its
+    lines of the page, so a checker's line numbers are the page's; ``docs/guides/tools.md`` becomes
+    ``docs_guides_tools.py``."""
+    directory.mkdir()
+    for page in pages():
+        lines = list(DOCS_MODULE_HEADER)
+        skipping: str | None = None  # the skip directive in force: "next", "start" (until "end") or None
+        for example in parse(page):
+            if not isinstance(example.parsed, str):  # a skip directive, parsed to (action, condition)
+                action, _condition = example.parsed  # a conditional skip leaves its block out too
+                skipping = None if action == "end" else action
+                continue
+            if skipping is not None:
+                skipping = None if skipping == "next" else skipping
+                continue
+            first = example.line + example.parsed.line_offset  # the 0-based line the block's source starts on
+            assert first >= len(lines), f"{page}: a block starts on line {first + 1}, inside the module's header"
+            lines += [""] * (first - len(lines)) + example.parsed.splitlines()
+        if len(lines) > len(DOCS_MODULE_HEADER):
+            name = page.relative_to(REPO).with_suffix("").as_posix().replace("/", "_").replace("-", "_")
+            (directory / f"{name}.py").write_text("\n".join(lines) + "\n")
+
+
+def _docs_modules(project: Path) -> int:
+    count = len(list((project / "docs").glob("*.py")))
+    assert count > 1, "the README and the docs have Python examples"
+    return count
 
 
 def _version(python: Path) -> str:

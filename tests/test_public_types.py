@@ -23,6 +23,7 @@ USER_CODE = textwrap.dedent(
 
     from typing import reveal_type
 
+    import ray
     from pydantic import BaseModel
 
     import think_actors as ta
@@ -32,8 +33,16 @@ USER_CODE = textwrap.dedent(
         text: str
 
 
+    @ray.remote
+    class Adder:
+        def add(self, a: int, b: int) -> int:
+            '''Add two numbers.'''
+            return a + b
+
+
     class Helper(ta.Think):
         model = "openai/gpt-4o-mini"
+        tools = [ta.actor_tool("adder", "add", actor_class=Adder)]  # a @ray.remote class, as Ray made it
 
 
     async def main() -> None:

@@ -258,7 +258,7 @@ def actor_tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    actor_class: type[Any] | None = None,
+    actor_class: object | None = None,  # the actor's class, plain or as @ray.remote made it
     namespace: str | None = None,
 ) -> Tool:
     """A tool that runs as ``method`` of a Ray actor: ``target`` is an actor handle or a named actor's name.

@@ -13,13 +13,14 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
-from ray.exceptions import RayTaskError
+from ray.exceptions import ActorUnavailableError, RayTaskError
 
 from think_actors.batching import _batches, _pack
-from think_actors.errors import ConfigurationError, StreamChannelError
+from think_actors.errors import AgentUnavailableError, ConfigurationError, StreamChannelError
 from think_actors.runtime import RuntimeConfig
 from think_actors.runtime import config as config_module
 from think_actors.runtime import stream as stream_module
+from think_actors.runtime.calls import _until_restarted
 from think_actors.runtime.channel import _HEADER, END, Inbox, ReplyTo, deliver, sent_marker
 from think_actors.runtime.stream import RemoteStream
 
@@ -256,3 +257,16 @@ def test_a_latency_budget_out_of_range_is_refused_before_ray_starts(monkeypatch:
 
 def _must_not_start(**kwargs: Any) -> None:
     raise AssertionError("Ray started before the latency budget was checked")
+
+
+async def test_a_safe_call_gives_up_on_an_actor_that_never_comes_back_saying_where_the_wait_is_set() -> None:
+    sent = 0
+
+    async def send() -> None:
+        nonlocal sent
+        sent += 1
+        raise ActorUnavailableError("The actor is restarting.", None)
+
+    with pytest.raises(AgentUnavailableError, match=r"within 0.3 s \(ta.init\(restart_wait_s=...\)\)") as caught:
+        await _until_restarted(send, ActorUnavailableError("The actor is restarting.", None), 0.3)
+    assert caught.value.retryable and 2 <= sent <= 4  # 50, 100, 200 ms apart, then the wait is over

@@ -6,17 +6,48 @@ and raises the same teaching errors (``NOT_SYNC_ITERABLE``, ``NOT_AWAITABLE``) w
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, NoReturn
 
 from ._turn.driver import TurnOutcome, TurnSpec, turn_stream
 from ._turn.engine import Engine
 
-__all__ = ["NOT_AWAITABLE", "NOT_SYNC_ITERABLE", "ChatStream"]
+__all__ = ["NOT_AWAITABLE", "NOT_SYNC_ITERABLE", "AsyncStream", "ChatStream"]
 
 
-class ChatStream:
+NOT_SYNC_ITERABLE = (
+    "a chat stream is asynchronous: read it with `async for chunk in stream`, or `await stream.collect()` for "
+    "the list of chunks"
+)
+NOT_AWAITABLE = (
+    "a chat stream is not awaitable: read it with `async for chunk in stream`, or `await stream.collect()` for "
+    "the list of chunks (`await agent.save_messages(...)` runs a turn and returns its TurnResult)"
+)
+
+
+class AsyncStream:
+    """How every chat stream is read, in process or from a Ray handle: ``async for`` or ``collect()``; a ``for``
+    or an ``await`` says so (``NOT_SYNC_ITERABLE``, ``NOT_AWAITABLE``). A subclass gives ``__aiter__``."""
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        raise NotImplementedError
+
+    async def __anext__(self) -> Any:
+        return await self.__aiter__().__anext__()
+
+    def __iter__(self) -> NoReturn:
+        raise TypeError(NOT_SYNC_ITERABLE)
+
+    def __await__(self) -> NoReturn:
+        raise TypeError(NOT_AWAITABLE)
+
+    async def collect(self) -> list[Any]:
+        """Read the whole stream: every chunk of the turn, in order."""
+        return [chunk async for chunk in self]
+
+
+class ChatStream(AsyncStream):
     """The chunks of one ``chat()`` turn: read them with ``async for chunk in stream`` or ``await stream.collect()``.
 
     ``request_id`` is known before the turn starts, so ``agent.cancel_chat(stream.request_id)`` works while the
@@ -35,15 +66,6 @@ class ChatStream:
         if self._iterator is None:
             self._iterator = _chunks(self._engine, self._spec, self._reading)
         return self._iterator
-
-    async def __anext__(self) -> Any:
-        return await self.__aiter__().__anext__()
-
-    def __iter__(self) -> NoReturn:
-        raise TypeError(NOT_SYNC_ITERABLE)
-
-    def __await__(self) -> NoReturn:
-        raise TypeError(NOT_AWAITABLE)
 
     async def aclose(self) -> None:
         """Stop reading: a running turn is aborted (its partial reply is kept); one not started never runs."""
@@ -67,10 +89,6 @@ class ChatStream:
         until then only its ``status`` is set, ``pending`` or ``running``, as ``status`` says."""
         state = self._reading.state
         return self._spec.outcome if state == "ended" else TurnOutcome(status=state)
-
-    async def collect(self) -> list[Any]:
-        """Read the whole stream: every chunk of the turn, in order."""
-        return [chunk async for chunk in self]
 
 
 class _Reading:
@@ -98,13 +116,3 @@ async def _chunks(engine: Engine, spec: TurnSpec, reading: _Reading) -> AsyncGen
         raise
     finally:
         reading.state = "ended"
-
-
-NOT_SYNC_ITERABLE = (
-    "a chat stream is asynchronous: read it with `async for chunk in stream`, or `await stream.collect()` for "
-    "the list of chunks"
-)
-NOT_AWAITABLE = (
-    "a chat stream is not awaitable: read it with `async for chunk in stream`, or `await stream.collect()` for "
-    "the list of chunks (`await agent.save_messages(...)` runs a turn and returns its TurnResult)"
-)

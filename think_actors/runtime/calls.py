@@ -41,25 +41,42 @@ def _restarting(err: BaseException) -> bool:
     return isinstance(err, ActorUnavailableError | RayActorError) and not isinstance(err, RayTaskError)
 
 
+class RestartWait:
+    """The pauses before a safe call is sent again while its agent's actor restarts: 50 ms, doubling up to 1 s,
+    for at most ``wait_s`` from the first pause; past that, ``pause`` raises ``AgentUnavailableError``."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.wait_s = wait_s
+        self._deadline: float | None = None
+        self._pause = 0.05
+
+    async def pause(self, err: BaseException, request_id: str | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        if self._deadline is None:
+            self._deadline = loop.time() + self.wait_s
+        remaining = self._deadline - loop.time()
+        if remaining <= 0:
+            raise AgentUnavailableError(
+                f"the agent's actor did not come back within {self.wait_s:g} s (ta.init(restart_wait_s=...)): {err}",
+                request_id=request_id,
+                retryable=True,
+            ) from None
+        await asyncio.sleep(min(self._pause, remaining))
+        self._pause = min(self._pause * 2, 1.0)
+
+
 async def _until_restarted(send: Callable[[], Awaitable[Any]], first: BaseException, wait_s: float) -> Any:
     """Send a call that is safe to repeat again and again until the restarted actor answers or ``wait_s`` passed
     (then ``AgentUnavailableError`` says so); an error of the call itself is raised at once."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_s
-    pause, err = 0.05, first
-    while loop.time() < deadline:
-        await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-        pause = min(pause * 2, 1.0)
+    wait, err = RestartWait(wait_s), first
+    while True:
+        await wait.pause(err)
         try:
             return await send()
         except (RayTaskError, RayActorError, ActorUnavailableError) as again:
             if not _restarting(again):
                 raise _unwrap(again) from None
             err = again
-    raise AgentUnavailableError(
-        f"the agent's actor did not come back within {wait_s:g} s (ta.init(restart_wait_s=...)): {err}",
-        retryable=True,
-    ) from None
 
 
 def _hibernated(err: BaseException, path: str, actor: Any = None) -> bool:

@@ -140,9 +140,9 @@ class AgentHandle:
                 if attempt + 1 < _WAKE_ATTEMPTS and _hibernated(err, self.path, self._actor):
                     await self._wake()
                     continue
-                if safe and _restarting(err):
-                    return await _until_restarted(send, err, _require_config().restart_wait_s)
                 if _restarting(err):
+                    if safe:
+                        return await _until_restarted(send, err, _require_config().restart_wait_s)
                     raise AgentUnavailableError(
                         f"agent {self.path!r}: its actor went down during the call, which may or may not have run; "
                         "Ray restarts it and the agent resumes an interrupted turn by itself. Read what happened "

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
@@ -14,13 +14,13 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError
 from .._turn.journal import units
 from .._turn.spec import TurnOutcome
 from ..batching import _is_last, _unpack
-from ..chat_stream import NOT_AWAITABLE, NOT_SYNC_ITERABLE
+from ..chat_stream import AsyncStream
 from ..errors import (
     AgentUnavailableError,
     ConfigurationError,
     StreamChannelError,
 )
-from .calls import _hibernated, _restarting, _unwrap
+from .calls import RestartWait, _hibernated, _restarting, _unwrap
 from .channel import _DRAIN_AFTER_END_S, CHANNEL, END, Inbox, Inflow, inbox_for_loop, sent_count
 from .config import _require_config, current_config
 
@@ -55,7 +55,7 @@ class _Resumable(Protocol):
     def attach(self, request_id: str, *, position: int | None = None) -> RemoteStream: ...
 
 
-class RemoteStream:
+class RemoteStream(AsyncStream):
     """Chunks of a streamed remote call, unbatched: ``async for chunk in stream`` or ``await stream.collect()``.
     Closing it early cancels the remote turn.
 
@@ -99,8 +99,7 @@ class RemoteStream:
         # ``safe``: the call may be sent again while the agent's actor restarts (``restart_wait_s``), as an attach
         # with a position may (its caller gets each chunk once however often it is sent).
         self._waits_restart = safe and restart is not None
-        self._restart_deadline: float | None = None
-        self._restart_pause = 0.05
+        self._restarts: RestartWait | None = None  # made at the first failure a restart explains
         self._inbox, self._inflow = channel
         if self._inbox is not None and self._inflow is not None:  # a stream dropped unread lets its inflow go too
             weakref.finalize(self, self._inbox.discard, self._inflow)
@@ -110,15 +109,6 @@ class RemoteStream:
         if self._items is None:
             self._items = self._unbatched()
         return self._items
-
-    async def __anext__(self) -> Any:
-        return await self.__aiter__().__anext__()
-
-    def __iter__(self) -> NoReturn:
-        raise TypeError(NOT_SYNC_ITERABLE)
-
-    def __await__(self) -> NoReturn:
-        raise TypeError(NOT_AWAITABLE)
 
     async def _unbatched(self) -> AsyncIterator[Any]:
         self._state = "running"
@@ -192,7 +182,13 @@ class RemoteStream:
                     continue
                 if not self._received and restart is not None and self._waits_restart and _restarting(err):
                     # An attach with a position is safe to send again: wait for the restarted actor.
-                    await self._restart_wait(err)
+                    if self._restarts is None:
+                        self._restarts = RestartWait(_require_config().restart_wait_s)
+                    try:
+                        await self._restarts.pause(err, self.request_id)
+                    except AgentUnavailableError:
+                        self._done = True
+                        raise
                     self._generator = restart()
                     continue
                 self._done = True
@@ -276,22 +272,6 @@ class RemoteStream:
         watch.add_done_callback(lambda _: inflow.wake())
         return watch
 
-    async def _restart_wait(self, err: BaseException) -> None:
-        """A pause before sending the attach again; past ``restart_wait_s`` since the first failure, the error."""
-        loop = asyncio.get_running_loop()
-        if self._restart_deadline is None:
-            self._restart_deadline = loop.time() + _require_config().restart_wait_s
-        if loop.time() >= self._restart_deadline:
-            self._done = True
-            raise AgentUnavailableError(
-                f"the agent's actor did not come back within the restart wait (ta.init(restart_wait_s=...)) to "
-                f"resume turn {self.request_id!r}: {err}",
-                request_id=self.request_id,
-                retryable=True,
-            ) from None
-        await asyncio.sleep(self._restart_pause)
-        self._restart_pause = min(self._restart_pause * 2, 1.0)
-
     def _error(self, err: BaseException) -> BaseException:
         """What the caller sees of a failed call."""
         error = _unwrap(err)
@@ -328,10 +308,6 @@ class RemoteStream:
         if self._state != "ended":
             self._stopped, self._state = True, "ended"
         self._release()
-
-    async def collect(self) -> list[Any]:
-        """Read the whole stream: every chunk of the turn, in order."""
-        return [item async for item in self]
 
 
 async def _next_item(generator: Any) -> tuple[str, Any]:

@@ -79,7 +79,8 @@ class LifecycleHooks:
         """Observe a finished tool call (success, output or error, duration), blocked and substituted ones too.
 
         Turn lock held; once per executed call, as each finishes. The return value is ignored. Raising ends the
-        turn with an error (the partial reply is kept).
+        turn with an error (the partial reply is kept). Not called in a process whose agent a newer process took
+        over (its store refused the call's result): the newer owner settles the call and calls it there.
         """
 
     async def on_step_finish(self, ctx: StepResult) -> None:
@@ -96,7 +97,9 @@ class LifecycleHooks:
         Fires for every entry point (``chat``, child-agent calls, ``save_messages``, ``continue_last_turn``) with
         ``completed`` (even for an empty reply), ``aborted``, or ``error`` when a partial reply with at least one
         part was persisted; a turn that fails before any part exists fires only ``on_chat_error``. Not fired for
-        skipped turns or for an attempt discarded by context-overflow recovery.
+        skipped turns or for an attempt discarded by context-overflow recovery, nor in a process whose agent a
+        newer process took over mid-turn (its store refused the reply): the newer owner finishes the turn and
+        fires it there.
 
         The lock is released before this runs (the seed's contract; the reference's code runs it inside the
         slot), so ``save_messages``, ``continue_last_turn`` and ``chat`` work here: the new turn queues behind
@@ -106,7 +109,8 @@ class LifecycleHooks:
         """
 
     async def on_chat_error(self, error: BaseException, ctx: ChatErrorContext) -> Any:
-        """Choose the error to report for a failed turn. Called exactly once per failed turn, at every stage.
+        """Choose the error to report for a failed turn. Called exactly once per failed turn, at every stage
+        (not in a process whose agent a newer process took over: its turn ends quietly there).
 
         Stages (``ctx.stage``): ``persist`` (the input could not be resolved or stored), ``turn`` (setup: no
         model, no messages, ``before_turn`` raising), ``transcript`` (repairing the transcript failed),

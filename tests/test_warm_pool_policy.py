@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
+from think_actors import _warm
 from think_actors._warm import QUIET_S, PoolView, memory_cap, refill_count, surplus_count
 
 MIB = 2**20
@@ -58,3 +63,18 @@ def test_the_memory_cap_is_a_share_of_available_memory(
     share: float, available_mib: int, held_mib: int, cap: int
 ) -> None:
     assert memory_cap(share, available_mib * MIB, 52 * MIB, held_mib * MIB) == cap
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="processes are read in /proc")
+def test_a_marker_names_its_process_for_as_long_as_it_lives(tmp_path: Path) -> None:
+    # A worker that ran Ray tasks and is idle again keeps its marker (it is warm); a marker left by a process that
+    # is gone is removed, and one whose pid a new process reused does not count for the new process.
+    me, gone = os.getpid(), 2**22 + 7  # past any pid_max Linux allows: no such process
+    (tmp_path / str(me)).write_text(_warm._started(me) or "")
+    (tmp_path / str(gone)).write_text("12345")
+    cache: dict[int, str] = {}
+    markers = _warm._markers(str(tmp_path), cache)
+    assert set(markers) == {me}
+    assert not (tmp_path / str(gone)).exists()
+    assert _warm._marked({me}, markers) == {me}
+    assert _warm._marked({me}, {me: "1"}) == set()  # an earlier process with this pid left it

@@ -169,12 +169,24 @@ def _marker_dir() -> str:
     return os.path.join(node.get_session_dir_path(), _MARKERS)
 
 
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``): with the pid, names a process
+    even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19].decode() if len(fields) > 19 else None
+
+
 def mark_ready() -> None:
-    """Say that this worker process has booted (the set-up hook's last step): its pool counts it as warm."""
+    """Say that this worker process has booted (the set-up hook's last step): its pool counts it as warm whenever it
+    is idle, before its first task and after any task it ran, for as long as it lives."""
     directory = _marker_dir()
     os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, str(os.getpid())), "w"):
-        pass
+    with open(os.path.join(directory, str(os.getpid())), "w") as f:
+        f.write(_started(os.getpid()) or "")
 
 
 def prepare_worker() -> None:
@@ -184,11 +196,37 @@ def prepare_worker() -> None:
     _ray_worker().global_worker.get_serialization_context()
 
 
-def _markers(directory: str) -> set[int]:
+def _markers(directory: str, known: dict[int, str]) -> dict[int, str]:
+    """The processes that left a marker and may be alive, each with its start time as its marker says (``known``
+    caches what was read). A marker whose process is gone is removed: its pid may be reused."""
     try:
-        return {int(name) for name in os.listdir(directory) if name.isdigit()}
+        names = [name for name in os.listdir(directory) if name.isdigit()]
     except OSError:
-        return set()
+        return {}
+    found: dict[int, str] = {}
+    for name in names:
+        pid = int(name)
+        path = os.path.join(directory, name)
+        if not os.path.exists(f"/proc/{pid}"):
+            known.pop(pid, None)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            continue
+        if pid not in known:
+            try:
+                with open(path) as f:
+                    known[pid] = f.read()
+            except OSError:
+                continue
+        found[pid] = known[pid]
+    for gone in set(known) - set(found):
+        del known[gone]
+    return found
+
+
+def _marked(pids: set[int], markers: dict[int, str]) -> set[int]:
+    """Those of ``pids`` that left a marker themselves (not an earlier process with the same pid)."""
+    return {pid for pid in pids if pid in markers and markers[pid] and markers[pid] == _started(pid)}
 
 
 def available_memory() -> int:
@@ -324,7 +362,8 @@ class WarmPool:
         self.markers = _marker_dir()
         # This process ran the job's set-up hook (it left a marker) or the job has none: then a registered worker
         # is as warm as it gets, and ready means titled ray::IDLE.
-        self.hooked = os.getpid() in _markers(self.markers)
+        self.marker_cache: dict[int, str] = {}
+        self.hooked = bool(_marked({os.getpid()}, _markers(self.markers, self.marker_cache)))
         self.process_bytes = PROCESS_MIB * 2**20
         self.measured = False
         self.jobs: dict[int, str | None] = {}
@@ -377,10 +416,8 @@ class WarmPool:
     def _look(self) -> None:
         now = time.monotonic()
         waiting, titled = _idle(self.jobs, self.job)
-        markers = _markers(self.markers)
-        for pid in markers - waiting:  # no longer idle (an actor now) or gone: its marker has served
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(self.markers, str(pid)))
+        # A marker stays while its process lives: a worker that ran Ray tasks and is idle again is as warm as before.
+        markers = _markers(self.markers, self.marker_cache)
         left = len(self.last - waiting)
         retired = min(left, self.retiring)  # the processes the pool's own retirees took are no wake's
         self.retiring -= retired
@@ -388,7 +425,7 @@ class WarmPool:
             self.last_take = now
             self.taken += left - retired
         self.last = waiting
-        self.ready = (waiting & markers) if self.hooked else titled
+        self.ready = _marked(waiting, markers) if self.hooked else titled
         self.booting = waiting - self.ready
         if not self.measured and self.ready:
             measured = unique_memory(min(self.ready))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -94,6 +95,25 @@ async def _asks_nothing(namespace: str, for_s: float = 2.0) -> None:
     asked = (await _warm.pool_statuses(namespace))[0]["asked"]
     await asyncio.sleep(for_s)
     assert (await _warm.pool_statuses(namespace))[0]["asked"] == asked
+
+
+@ray.remote(num_cpus=0)
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+async def test_a_worker_that_ran_ray_tasks_is_warm_again_once_idle(namespace: str) -> None:
+    # Task tools run in the job's worker processes, warm ones included; done, such a process is idle and booted.
+    # Counted as still booting, it would hold the node's boot slots and the pool would never refill.
+    pids = set(await asyncio.gather(*(_pid_after.remote(0.5) for _ in range(3))))
+    # (The pool may end some of them: past its size, they are surplus.)
+    status = await _pool(
+        namespace,
+        lambda s: not s["booting"] and pids & set(_warm.idle_workers() or []) <= set(s["ready"]),
+        within_s=90.0,
+    )
+    assert status["ready"]
 
 
 @ray.remote(num_cpus=0)

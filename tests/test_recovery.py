@@ -283,6 +283,12 @@ async def test_a_running_submission_is_completed_by_its_recovered_turn() -> None
     final = await restarted.wait_for_submission(sub.submission_id, timeout_s=WAIT_S)
     assert final.status == "completed"
     assert texts(restarted) == [("user", "nightly job"), ("assistant", "partial"), ("assistant", " done")]
+    # Stored as two messages, the partial reply and the continuation; the submission's reply is what the user saw.
+    [partial, continuation] = restarted.get_messages()[1:]
+    assert final.message is not None and final.text == "partial done"
+    assert final.message.id == partial.id
+    assert final.message.parts == partial.parts + continuation.parts
+    assert (await restarted.inspect_submission("s1")).text == "partial done"  # type: ignore[union-attr]
 
 
 async def test_a_turn_without_progress_for_too_long_is_not_resumed() -> None:

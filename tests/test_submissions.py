@@ -55,6 +55,23 @@ async def test_a_submission_is_accepted_then_runs_through_the_normal_turn_path()
     assert agent.statuses == [(accepted.submission_id, s) for s in ("pending", "running", "completed")]
 
 
+async def test_a_completed_submission_carries_its_reply_while_the_transcript_holds_it() -> None:
+    agent = make(ScriptedModel([text("report ready"), text("second"), text("chat reply")]))
+    first = await agent.submit_messages("nightly report")
+    second = await agent.submit_messages("another")
+    await agent.wait_for_submission(second.submission_id, timeout_s=WAIT_S)
+    await agent.save_messages("and now?")  # later turns do not change an earlier submission's reply
+
+    done = await agent.inspect_submission(first.submission_id)
+    assert done is not None and done.text == "report ready"
+    assert done.message == agent.get_messages()[1]
+    assert (await agent.wait_for_submission(second.submission_id)).text == "second"
+    assert first.message is None and first.text == ""  # accepted, not yet answered
+    assert all(s.message is None for s in await agent.list_submissions())  # listings leave it out
+    await agent.clear()
+    assert (await agent.inspect_submission(first.submission_id)).message is None  # type: ignore[union-attr]
+
+
 async def test_the_final_status_is_written_after_the_response_hook_outside_the_turn_slot() -> None:
     entered, release = asyncio.Event(), asyncio.Event()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .messages import UIMessage
 from .store.records import SubmissionRecord
 
 __all__ = ["Submission"]
@@ -21,6 +22,10 @@ class Submission:
     ``output``: the structured output of a completed submission made with ``submit_messages(output=...)``, as
     ``TurnResult.output`` has it (an instance of the model class, or the parsed JSON); ``inspect_submission`` and
     ``wait_for_submission`` fill it in, listings and ``on_submission_status`` leave it None.
+    ``message``: the reply of a completed submission, as the user saw it: the assistant messages its turn stored
+    after its input, one message (a turn a crash interrupted and recovery continued stored two: the partial reply,
+    then the continuation; here their parts are joined, as web clients join them). ``inspect_submission`` and
+    ``wait_for_submission`` fill it in while the transcript holds it (not after ``clear()``).
     """
 
     submission_id: str
@@ -35,6 +40,12 @@ class Submission:
     completed_at: float | None = None
     message_ids: tuple[str, ...] = ()
     output: Any = None
+    message: UIMessage | None = None
+
+    @property
+    def text(self) -> str:
+        """The text of ``message`` ("" when there is none)."""
+        return self.message.text if self.message is not None else ""
 
     @property
     def done(self) -> bool:

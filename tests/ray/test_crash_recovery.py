@@ -184,6 +184,8 @@ async def test_a_crash_at_every_hook_boundary_is_recovered(ray_runtime: Any, poi
             assert (p.state, p.output) == expected[p.tool_call_id]
     assistant_text = "".join(m.text for m in messages if m.role == "assistant")
     assert assistant_text.endswith("All done: charged 42.")
+    # The submission's reply is what the user saw: the partial reply and a continuation joined.
+    assert final.text == assistant_text
 
 
 async def interrupted_chat(ray_runtime: Any, unique: str) -> None:

@@ -76,7 +76,7 @@ async def what_a_user_sees(agent: Any, unique: str) -> dict[str, Any]:
     submitted = await agent.submit_messages("another city", output=City, submission_id=f"{unique}-sub")
     done = await agent.wait_for_submission(f"{unique}-sub", timeout_s=60)
     seen["submitted"] = (type(submitted), submitted.accepted, submitted.status, submitted.output)
-    seen["submission"] = (type(done), done.status, done.output)
+    seen["submission"] = (type(done), done.status, done.output, done.text)
 
     stream = agent.chat("slow")
     async for chunk in stream:
@@ -126,7 +126,7 @@ async def test_the_same_function_sees_the_same_agent_in_process_and_on_ray(ray_r
         "failed": ("error", "error", seen[0]["failed"][2], "error"),
         "saved": (ta.TurnResult, "completed", PARIS, PARIS.model_dump_json()),
         "submitted": (ta.Submission, True, "pending", None),
-        "submission": (ta.Submission, "completed", LYON),
+        "submission": (ta.Submission, "completed", LYON, LYON.model_dump_json()),
         "aborted": ("aborted", "aborted"),
         "closed unread": ("aborted", "aborted"),
     }

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import dataclasses
 import importlib
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from pydantic import BaseModel
 
 from .. import tracing
 from ..errors import ConfigurationError
-from ..messages import new_id
+from ..messages import UIMessage, new_id
 from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
@@ -108,7 +109,7 @@ class Submissions:
 
     async def inspect(self, submission_id: str) -> Submission | None:
         record = await self.engine.store.get_submission(submission_id)
-        return None if record is None else await self._with_output(Submission.of(record))
+        return None if record is None else await self._with_output(self._with_reply(Submission.of(record)))
 
     async def list_some(self, status: str | Sequence[str] | None, limit: int) -> list[Submission]:
         statuses = [status] if isinstance(status, str) else list(status) if status is not None else None
@@ -368,6 +369,13 @@ class Submissions:
         self._output_types[submission_id] = output
         return output
 
+    def _with_reply(self, submission: Submission) -> Submission:
+        """``submission`` with its reply, when it completed and the transcript still holds its input."""
+        if submission.status != "completed" or not submission.message_ids:
+            return submission
+        reply = reply_after(self.engine.messages, submission.message_ids[-1])
+        return submission if reply is None else dataclasses.replace(submission, message=reply)
+
     async def _with_output(self, submission: Submission) -> Submission:
         """``submission`` with its structured output, when it completed with one."""
         if submission.status != "completed":
@@ -400,6 +408,18 @@ class Submissions:
             log.exception("on_submission_status raised (ignored)")
         async with self._changed:
             self._changed.notify_all()
+
+
+def reply_after(messages: Sequence[UIMessage], message_id: str) -> UIMessage | None:
+    """The assistant messages that follow message ``message_id`` up to the next other message, as one message (the
+    first's id and metadata, every part in order); None when there are none or ``message_id`` is not there."""
+    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+    if index is None:
+        return None
+    replies = list(itertools.takewhile(lambda m: m.role == "assistant", messages[index + 1 :]))
+    if len(replies) <= 1:
+        return replies[0] if replies else None
+    return replies[0].model_copy(update={"parts": tuple(p for m in replies for p in m.parts)})
 
 
 _OUTPUT_KEY = "submission-output:"  # kv: {"class": "module:Name"} or {"format": {...}}, then its "value"

@@ -411,7 +411,9 @@ async def test_a_run_id_is_joined_while_live_and_answered_from_the_store_once_fi
     seen += await asyncio.wait_for(collect(first), WAIT_S)
 
     result = seen[-1]
-    assert result == ta.AgentRunResult(run_id=run_id, status="completed", summary="one two", output="one two")
+    assert result == ta.AgentRunResult(
+        run_id=run_id, status="completed", summary="one two", output="one two", usage=ta.RunUsage(requests=1)
+    )
     assert replayed + rest == seen
     assert chunk_types(seen[:-1]) == [
         "start",
@@ -432,6 +434,7 @@ async def test_a_run_id_is_joined_while_live_and_answered_from_the_store_once_fi
         "summary": "one two",
         "output": "one two",
         "error": None,
+        "usage": ta.RunUsage(requests=1).as_dict(),
     }
     # The record lives in the store: a fresh agent on the same store answers from it too.
     reborn = Counter("c1", path=child.path, store=child.agent.store)

@@ -190,6 +190,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "InvalidAgentNameError": {"name": "../etc"},
     "TurnError": {"request_id": "r", "stage": "turn", "messages_persisted": True},
     "NestedTurnError": {"stage": "turn", "messages_persisted": False},
+    "RunLimitError": {"stage": "stream", "limit": "max_total_tokens", "used": 1200, "allowed": 1000, "run_id": "r"},
     "NoMessagesError": {"request_id": "r", "stage": "turn", "messages_persisted": True},
     "ModelError": {"request_id": "r", "provider": "openai", "status_code": 500, "retryable": True},
     "ContextOverflowError": {"request_id": "r", "provider": "openai", "status_code": 400, "retryable": False},
@@ -271,6 +272,7 @@ def test_error_tree_matches_the_docstring() -> None:
     assert issubclass(errors.InvalidAgentNameError, errors.ConfigurationError)
     assert issubclass(errors.NestedTurnError, errors.TurnError)
     assert issubclass(errors.NoMessagesError, errors.TurnError)
+    assert errors.RunLimitError.__bases__ == (errors.TurnError,)
     for cls in (
         errors.ContextOverflowError,
         errors.RateLimitError,

@@ -48,6 +48,7 @@ from .errors import (
     NoMessagesError,
     ProviderError,
     RateLimitError,
+    RunLimitError,
     ScriptError,
     StoreError,
     StoreFencedError,
@@ -87,6 +88,7 @@ from .hooks import (
     has_tool_call,
     step_count_is,
 )
+from .limits import RunLimits, RunTicket, RunUsage
 from .logs import LogContext, LogContextFilter, log_context
 from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
@@ -191,6 +193,10 @@ __all__ = [
     "RecoveryDecision",
     "Rerun",
     "RetryPolicy",
+    "RunLimitError",
+    "RunLimits",
+    "RunTicket",
+    "RunUsage",
     "SQLiteStore",
     "ScheduledTask",
     "ScheduledTaskContext",

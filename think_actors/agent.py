@@ -28,6 +28,7 @@ from .hooks import (
     TurnResult,
 )
 from .lifecycle import LifecycleHooks
+from .limits import RunLimits, RunTicket
 from .mcp import McpManager, McpServerConfig, McpServerState
 from .messages import UIMessage, new_id
 from .models import ModelClient
@@ -84,6 +85,12 @@ class Think(LifecycleHooks, DurableEntryPoints):
             (``ta.init(shared_hosts=N)``): turns cost a node far less CPU and memory and a wake starts no process,
             but an agent that crashes its process takes the other agents of its host down with it (they restart
             and recover as one actor does).
+        run_limits: The ``RunLimits`` of every turn of this agent that starts a run (a turn called without
+            ``limits=`` and not started by a parent's agent tool): one budget, deadline and set of caps for the turn
+            and every agent it starts. None (default): no limits.
+        max_concurrent_agent_tools: Child agents this agent's agent tools may run at once (Think's
+            ``maxConcurrentAgentTools``); over it a call fails at once with ``maxConcurrentAgentTools (N)
+            exceeded``, which its model sees as the tool's error. None (default): no cap.
     """
 
     model: str | ModelClient | None = None
@@ -104,6 +111,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
     schedules: Sequence[ScheduledTask] = ()
     default_timezone: str | None = None
     hosting: str = "actor"
+    run_limits: RunLimits | None = None
+    max_concurrent_agent_tools: int | None = None
 
     def __init__(
         self,
@@ -214,6 +223,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         request_id: str | None = None,
         output: Any = None,
         branch_from: str | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> ChatStream:
         """Start a streamed turn: ``async for chunk in agent.chat("hi")``.
 
@@ -223,6 +233,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         ``branch_from`` regenerates: the model sees the history up to that message, and the new reply is stored
         as a sibling of the old one under it (a new branch; the old reply stays in the tree).
         A failed turn ends the stream with an ``error`` chunk whose text ``on_chat_error`` chose.
+        ``limits`` (``ta.RunLimits``) bounds the turn and every agent it starts, together (default: the class's
+        ``run_limits``); a turn that reaches one ends with ``RunLimitError``.
         """
         engine = self._engine
         TurnQueue.check_not_nested(engine, "chat")
@@ -236,11 +248,17 @@ class Think(LifecycleHooks, DurableEntryPoints):
             output=output,
             client_tools=_client_tools(client_tools, on_client_tool_call),
             branch_from=branch_from,
+            limits=RunLimits.of(limits),
         )
         return ChatStream(engine, spec)
 
     async def save_messages(
-        self, messages: Any, *, body: dict[str, Any] | None = None, output: Any = None
+        self,
+        messages: Any,
+        *,
+        body: dict[str, Any] | None = None,
+        output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> TurnResult:
         """Append ``messages`` (or a function of the transcript, evaluated when the turn starts) and run a turn.
 
@@ -248,7 +266,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         class (``TurnResult.output`` is then an instance of it) or a ``response_format`` dict (the parsed JSON);
         ``before_turn`` may still choose another with ``TurnConfig.output``. Raises NestedTurnError from inside a
         turn; a setup failure (no model, no messages, ``before_turn`` raising) raises what ``on_chat_error``
-        returned; stream errors come back as ``status="error"`` with that text in ``error``.
+        returned; stream errors come back as ``status="error"`` with that text in ``error``. ``limits`` as in
+        ``chat``: a turn that reaches one returns ``status="error"`` and ``limit`` naming it.
         """
         TurnQueue.check_not_nested(self._engine, "save_messages")
         spec = self._spec(
@@ -258,6 +277,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
             body=body,
             output=output,
             raise_setup_errors=True,
+            limits=RunLimits.of(limits),
         )
         return await self._drain(spec)
 
@@ -416,6 +436,10 @@ class Think(LifecycleHooks, DurableEntryPoints):
         """The session ``configure_session`` returned, once the agent has started."""
         return self._engine.session
 
+    def child_path(self, agent_class: type[Think], name: str) -> str:
+        """The path of this agent's child ``name`` of class ``agent_class`` (``sub_agent`` names it so)."""
+        return f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
+
     async def sub_agent(
         self, agent_class: type[Think], name: str, *, node_id: str | None = None, **options: Any
     ) -> Any:
@@ -427,7 +451,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         ``save_messages``, ``get_messages``, ``cancel_chat``, ``clear`` ...
         """
         engine = self._engine
-        path = f"{self.path}/{agent_path(kebab_case(agent_class.__name__), name)}"
+        path = self.child_path(agent_class, name)
         if self.store_url is not None:  # children keep their rows where the parent keeps its own
             options.setdefault("store", self.store_url)
         if engine.runtime is not None:
@@ -440,13 +464,16 @@ class Think(LifecycleHooks, DurableEntryPoints):
             child = engine.children[path] = LocalAgentHandle(agent_class(name, path=path, **options))
         return child
 
-    async def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:
+    async def run_as_tool(
+        self, run_id: str, input: Any, *, output: Any = None, run: RunTicket | None = None
+    ) -> AsyncIterator[Any]:
         """Run (or re-attach to) the agent-tool run ``run_id``: its chunks, then an ``AgentRunResult``.
 
         Idempotent by ``run_id``: a finished run returns its stored result without running again; a live run
         is joined (its chunks so far are replayed). Raises NestedTurnError from inside one of this agent's turns.
+        ``run`` is the parent's run (``RunLimits``), which the child's turn belongs to.
         """
-        async for item in run_as_tool(self._engine, run_id, input, output):
+        async for item in run_as_tool(self._engine, run_id, input, output, run):
             yield item
 
     # ------------------------------------------------------------------ internals
@@ -478,6 +505,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
             output=outcome.output,
             usage=outcome.usage,
             cost_usd=outcome.cost_usd,
+            tree_usage=outcome.tree_usage,
+            limit=outcome.limit,
         )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from ._turn.durable import Durable
 from ._turn.engine import Engine
 from .errors import ConfigurationError
+from .limits import RunLimits
 from .schedule import AgentSchedules, RetryPolicy, ScheduledTask, TaskInfo, open_schedule_store, run_handler
 from .submissions import Submission
 
@@ -38,6 +39,7 @@ class DurableEntryPoints:
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
         output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> Submission:
         """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
 
@@ -49,10 +51,17 @@ class DurableEntryPoints:
         completed submission carries it in ``Submission.output`` (``wait_for_submission``, ``inspect_submission``).
         A model class is stored by its import path: an agent that restarts before the turn runs imports it again,
         so define it at the top level of a module. Raises ConfigurationError for empty input, an ``output`` that is
-        neither a pydantic model class nor a dict, or an id and key naming two submissions.
+        neither a pydantic model class nor a dict, or an id and key naming two submissions. ``limits``
+        (``RunLimits``) bounds the submission's turn and every agent it starts; it is stored with the submission, and
+        a turn that a crash interrupted goes on with what its run had left.
         """
         return await self._durable.submissions.submit(
-            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata, output=output
+            messages,
+            submission_id=submission_id,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            output=output,
+            limits=RunLimits.of(limits),
         )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:

@@ -19,6 +19,7 @@ from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
 from .errors import ConfigurationError
 from .hooks import TurnResult
+from .limits import RunLimits, RunTicket, child_refusal
 from .messages import UIMessage
 from .tools import Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
@@ -58,10 +59,15 @@ class LocalAgentHandle:
         return self.agent.chat(message, **options)
 
     async def save_messages(
-        self, messages: Any, *, body: dict[str, Any] | None = None, output: Any = None
+        self,
+        messages: Any,
+        *,
+        body: dict[str, Any] | None = None,
+        output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> TurnResult:
         """``Think.save_messages``: run a turn and wait for its ``TurnResult`` (structured with ``output``)."""
-        result: TurnResult = await self.agent.save_messages(messages, body=body, output=output)
+        result: TurnResult = await self.agent.save_messages(messages, body=body, output=output, limits=limits)
         return result
 
     async def continue_last_turn(self, **options: Any) -> TurnResult:
@@ -81,8 +87,10 @@ class LocalAgentHandle:
     async def clear(self) -> None:
         await self.agent.clear()
 
-    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> AsyncIterator[Any]:
-        result: AsyncIterator[Any] = self.agent.run_as_tool(run_id, input, output=output)
+    def run_as_tool(
+        self, run_id: str, input: Any, *, output: Any = None, run: RunTicket | None = None
+    ) -> AsyncIterator[Any]:
+        result: AsyncIterator[Any] = self.agent.run_as_tool(run_id, input, output=output, run=run)
         return result
 
     async def observe(self, channel: str, callback: Any) -> Any:
@@ -96,10 +104,16 @@ class LocalAgentHandle:
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
         output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> Any:
         """``Think.submit_messages``: the ``Submission``, once committed."""
         return await self.agent.submit_messages(
-            messages, submission_id=submission_id, idempotency_key=idempotency_key, metadata=metadata, output=output
+            messages,
+            submission_id=submission_id,
+            idempotency_key=idempotency_key,
+            metadata=metadata,
+            output=output,
+            limits=limits,
         )
 
     async def inspect_submission(self, submission_id: str) -> Any:
@@ -190,7 +204,38 @@ def agent_tool(
     async def execute(value: Any, context: ToolContext) -> Any:
         emit = context.emit or (lambda chunk: None)
         run_id = f"agent-tool:{context.tool_call_id}"
-        child = await context.agent.sub_agent(agent_class, _run_name(context.tool_call_id), node_id=node_id)
+        parent = context.agent
+        engine = parent._engine
+        ticket = context.run
+        # Admitted before the child exists (Think's maxConcurrentAgentTools: over the cap a run fails at once).
+        cap = parent.max_concurrent_agent_tools
+        refusal = child_refusal(cap) if cap is not None and engine.agent_tools_running >= cap else None
+        if refusal is None and ticket is not None:
+            refusal = await ticket.account.start_child(parent.path, ticket.depth + 1)
+        if refusal is not None:
+            path = parent.child_path(agent_class, _run_name(context.tool_call_id))
+            for kind in ("started", "error"):
+                emit(
+                    AgentToolEventChunk(
+                        agent=path,
+                        parent_tool_call_id=context.tool_call_id,
+                        run_id=run_id,
+                        kind=kind,
+                        **({"error": refusal} if kind == "error" else {}),
+                    )
+                )
+            return {"ok": False, "status": "error", "error": refusal, "retryable": False, "agent": path}
+        engine.agent_tools_running += 1
+        try:
+            return await _run_child(context, emit, run_id, ticket, value)
+        finally:
+            engine.agent_tools_running -= 1
+            if ticket is not None:
+                await asyncio.shield(ticket.account.finish_child(parent.path))
+
+    async def _run_child(context: ToolContext, emit: Any, run_id: str, ticket: RunTicket | None, value: Any) -> Any:
+        parent = context.agent
+        child = await parent.sub_agent(agent_class, _run_name(context.tool_call_id), node_id=node_id)
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
         emit(
@@ -198,9 +243,13 @@ def agent_tool(
                 agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id, kind="started"
             )
         )
+        child_run = None
+        if ticket is not None:
+            runtime = parent._engine.runtime  # on Ray the child is another actor: the run's account is shared first
+            child_run = ticket.child(await runtime.share_account(ticket) if runtime is not None else None)
         result: AgentRunResult | None = None
         sequence = 0
-        stream = child.run_as_tool(run_id, value, output=output_schema)
+        stream = child.run_as_tool(run_id, value, output=output_schema, run=child_run)
         try:
             async for item in stream:
                 if isinstance(item, AgentRunResult):
@@ -227,6 +276,8 @@ def agent_tool(
                 await close()
         if result is None:
             result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
+        if result.usage is not None:  # what the child and its own children used counts in this turn's tree
+            parent._engine.add_child_usage(context.request_id, result.usage)
         kind = {"completed": "finished", "aborted": "aborted"}.get(result.status, "error")
         emit(
             AgentToolEventChunk(

@@ -18,6 +18,7 @@ never a provider SDK type::
     │   ├── ModelConnectionError    the connection failed or the stream was cut
     │   │   └── ModelServerUnavailableError  the model-server actor died mid-stream
     │   └── ProviderError           any other provider answer (4xx/5xx, malformed stream)
+    │   └── RunLimitError           a run of agents reached one of its RunLimits; limit, used, allowed, run_id
     ├── ToolExecutionError          a tool failed where the model cannot be told (e.g. a remote tool's transport)
     ├── StoreError                  the store could not read or write
     │   └── StoreFencedError        a newer generation owns the agent: this writer's turn writes are refused
@@ -49,6 +50,7 @@ __all__ = [
     "NoMessagesError",
     "ProviderError",
     "RateLimitError",
+    "RunLimitError",
     "ScriptError",
     "StoreError",
     "StoreFencedError",
@@ -118,6 +120,16 @@ class NestedTurnError(TurnError):
 
 class NoMessagesError(TurnError):
     """The transcript left nothing to send to the model."""
+
+
+class RunLimitError(TurnError):
+    """A run of agents (a turn and every agent it started, on any node) reached one of its ``RunLimits``.
+
+    ``limit`` names the field (``max_total_tokens``, ``timeout_s``, ...), ``used`` is what the run had used when it
+    was checked, ``allowed`` the limit, ``run_id`` the request id of the run's first turn. No new model request,
+    tool call or child agent starts anywhere in the run once it is raised."""
+
+    _fields = (*TurnError._fields, "limit", "used", "allowed", "run_id")
 
 
 class ModelError(ThinkError):

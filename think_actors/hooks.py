@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .limits import RunUsage
 from .messages import FilePart, SourceUrlPart, UIMessage
 from .models import ModelClient, ModelEvent, ModelRequest, Usage
 
@@ -335,7 +336,9 @@ ToolCallDecision = Allow | Block | Substitute
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatResponseResult:
-    """A finished turn: the assistant message (possibly with no parts) and how the turn ended."""
+    """A finished turn: the assistant message (possibly with no parts) and how the turn ended. ``usage`` and
+    ``cost_usd`` are this agent's own model requests; ``tree_usage`` adds every agent the turn started (the whole
+    run, for the run's first turn); ``limit`` names the ``RunLimits`` field that ended the turn, when one did."""
 
     request_id: str
     message: UIMessage
@@ -344,6 +347,8 @@ class ChatResponseResult:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
+    tree_usage: RunUsage | None = None
+    limit: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -362,7 +367,9 @@ class ChatErrorContext:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TurnResult:
-    """What a blocking entry point returns. ``message`` is the assistant message the turn wrote, if any."""
+    """What a blocking entry point returns. ``message`` is the assistant message the turn wrote, if any.
+    ``usage`` and ``cost_usd``: this agent's own model requests; ``tree_usage``: the turn and every agent it started,
+    together; ``limit``: the ``RunLimits`` field that ended the turn, when one did."""
 
     request_id: str
     status: TurnStatus
@@ -372,6 +379,8 @@ class TurnResult:
     output: Any = field(default=None)
     usage: Usage | None = None
     cost_usd: float | None = None
+    tree_usage: RunUsage | None = None
+    limit: str | None = None
 
 
 # ---------------------------------------------------------------------- durable turns: recovery after a crash

@@ -19,6 +19,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from .errors import ConfigurationError
+from .limits import RunTicket
 
 __all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "class_tools", "tool"]
 
@@ -34,6 +35,9 @@ class ToolContext:
     messages: list[dict[str, Any]]
     emit: Callable[[Any], None] | None = None
     """Puts a chunk into the turn's stream (not persisted unless it is a part of this tool's result)."""
+    run: RunTicket | None = None
+    """The run this turn belongs to, when it has ``RunLimits``: its id, this agent's depth, the time left
+    (``run.remaining_s()``) and what the run used so far (``await run.account.usage()``)."""
 
 
 class ToolInputError(Exception):

@@ -10,6 +10,7 @@ after a parent crash is ``tests/ray/test_crash_recovery.py``'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from pydantic import BaseModel
@@ -37,7 +38,7 @@ async def test_a_run_summary_is_the_childs_final_text() -> None:
     """agent-tools.test.ts:209 "uses assistant text as the default agent-tool summary"."""
     child = Recorder(model=ScriptedModel([text("Hello from the assistant!")]), store=ta.MemoryStore())
     _, result = await run(child, "run-1", "chat-like probe")
-    assert result == ta.AgentRunResult(
+    assert dataclasses.replace(result, usage=None) == ta.AgentRunResult(  # usage: ours, beyond the reference's
         run_id="run-1", status="completed", summary="Hello from the assistant!", output="Hello from the assistant!"
     )
 

@@ -29,19 +29,21 @@ class AbortSignal:
     step loop sets them itself around every event).
     """
 
-    __slots__ = ("aborted", "reason", "task", "waiting")
+    __slots__ = ("aborted", "failure", "reason", "task", "waiting")
 
     def __init__(self) -> None:
         self.aborted = False
+        self.failure: BaseException | None = None  # the turn ends with this error, not as aborted (a run's deadline)
         self.reason: str | None = None
         self.task: asyncio.Task[Any] | None = None
         self.waiting = False
 
-    def abort(self, reason: str | None = None) -> None:
+    def abort(self, reason: str | None = None, *, failure: BaseException | None = None) -> None:
         if self.aborted:
             return
         self.aborted = True
         self.reason = reason
+        self.failure = failure
         if self.task is not None and self.waiting:
             self.task.cancel(msg="think_actors: turn aborted")
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..limits import RunTicket, RunUsage
 from ..tools import _jsonable
 from .queue import TurnQueue
 
@@ -28,7 +29,7 @@ class AgentRunResult:
     """How an agent-tool run ended: ``status`` is ``completed``, ``error`` or ``aborted``.
 
     ``summary`` is the run's final assistant text; ``output`` the validated structured output when the run
-    asked for one, else the summary.
+    asked for one, else the summary; ``usage`` what the child and every agent it started used.
     """
 
     run_id: str
@@ -36,6 +37,7 @@ class AgentRunResult:
     summary: str = ""
     output: Any = None
     error: str | None = None
+    usage: RunUsage | None = None
 
 
 @dataclass(slots=True)
@@ -55,12 +57,13 @@ def format_input(value: Any) -> str:
     return json.dumps(value, indent=2, default=str)
 
 
-async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output: Any) -> None:
+async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output: Any, ticket: RunTicket | None) -> None:
     """Run the child's turn and record how it ended; every path ends with a result, so no caller waits forever."""
     stream = None
     error: str | None = None
     try:
         stream = engine.agent.chat(format_input(input), request_id=run_id, output=output)
+        stream._spec.run = ticket  # the turn belongs to its parent's run
         async for chunk in stream:
             if chunk.type == "error":
                 error = chunk.error_text
@@ -81,6 +84,7 @@ async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output:
                     "summary": run.result.summary,
                     "output": run.result.output,
                     "error": run.result.error,
+                    "usage": run.result.usage.as_dict() if run.result.usage is not None else None,
                 },
             )
         finally:
@@ -92,16 +96,23 @@ def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> A
     if outcome is None:
         return AgentRunResult(run_id=run_id, status="error", error=error or "the run did not start")
     summary = outcome.message.text if outcome.message is not None else ""
+    usage = outcome.tree_usage
     if outcome.status == "skipped":
-        return AgentRunResult(run_id=run_id, status="error", summary=summary, error="the run was skipped by a reset")
+        return AgentRunResult(
+            run_id=run_id, status="error", summary=summary, error="the run was skipped by a reset", usage=usage
+        )
     if outcome.status == "completed" and error is None:
         output = _jsonable(outcome.output) if structured else summary
-        return AgentRunResult(run_id=run_id, status="completed", summary=summary, output=output)
+        return AgentRunResult(run_id=run_id, status="completed", summary=summary, output=output, usage=usage)
     status = "aborted" if outcome.status == "aborted" else "error"
-    return AgentRunResult(run_id=run_id, status=status, summary=summary, error=error or outcome.error or status)
+    return AgentRunResult(
+        run_id=run_id, status=status, summary=summary, error=error or outcome.error or status, usage=usage
+    )
 
 
-async def run_as_tool(engine: Engine, run_id: str, input: Any, output: Any) -> AsyncIterator[Any]:
+async def run_as_tool(
+    engine: Engine, run_id: str, input: Any, output: Any, ticket: RunTicket | None = None
+) -> AsyncIterator[Any]:
     # From inside one of the agent's own turns the run would wait for that turn's slot forever.
     TurnQueue.check_not_nested(engine, "run_as_tool")
     await engine.ensure_started()
@@ -109,10 +120,13 @@ async def run_as_tool(engine: Engine, run_id: str, input: Any, output: Any) -> A
     if run is None:
         stored = await engine.store.get_kv(_KV_PREFIX + run_id)
         if stored is not None:
-            yield AgentRunResult(run_id=run_id, **stored)
+            usage = stored.get("usage")
+            yield AgentRunResult(
+                run_id=run_id, **{**stored, "usage": RunUsage.from_dict(usage) if usage is not None else None}
+            )
             return
         run = engine.agent_runs[run_id] = _LiveRun()
-        run.task = asyncio.create_task(_drive(engine, run_id, run, input, output))
+        run.task = asyncio.create_task(_drive(engine, run_id, run, input, output, ticket))
     sent = 0
     while True:
         while sent < len(run.chunks):

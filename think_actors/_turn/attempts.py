@@ -26,11 +26,13 @@ from ..chunks import (
 from ..errors import (
     ModelError,
     ModelServerUnavailableError,
+    RunLimitError,
     StreamStalledError,
     TurnError,
 )
 from ..hooks import ChatErrorContext, ChatErrorStage, ChatResponseResult
 from ..messages import new_id
+from .budget import deadline_timer
 from .engine import Engine
 from .journal import TurnJournal
 from .loop import run_steps
@@ -63,7 +65,28 @@ async def _fail_setup(
 
 
 async def attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> AsyncGenerator[Any, None]:
-    """The turn's model attempts: one, plus a compact-and-retry per classified context overflow."""
+    """The turn's model attempts: one, plus a compact-and-retry per classified context overflow; the run's deadline
+    (``RunLimits.timeout_s``) stops them wherever they are."""
+    timer = deadline_timer(spec)
+    engine.turn_stats[spec.request_id] = spec.stats
+    try:
+        async with aclosing(_attempts(engine, spec, journal)) as inner:
+            async for chunk in inner:
+                yield chunk
+    finally:
+        if timer is not None:
+            timer.cancel()
+        engine.turn_stats.pop(spec.request_id, None)
+        spec.outcome.tree_usage = spec.stats.tree_usage()
+        ticket = spec.run
+        if ticket is not None and ticket.run_id == spec.request_id and not journal.resume:
+            try:  # the run's first turn ended: so did the run
+                await ticket.account.close()
+            except Exception:
+                log.warning("could not close the account of run %s", ticket.run_id, exc_info=True)
+
+
+async def _attempts(engine: Engine, spec: TurnSpec, journal: TurnJournal) -> AsyncGenerator[Any, None]:
     outcome = spec.outcome
     attempt = 0
     started = True
@@ -267,6 +290,8 @@ async def _stream(
         failure = err
     finally:
         await steps.aclose()
+    if status == "aborted" and signal.failure is not None and not external_cancel:
+        status, failure = "error", signal.failure  # the run's deadline: an error of the run, not a cancel
 
     if isinstance(failure, StreamStalledError | ModelServerUnavailableError) and not signal.aborted:
         # Stopped, not failed: the partial is kept and the same bounded recovery as after a crash resumes it.
@@ -324,6 +349,8 @@ async def _stream(
     if failure is not None:
         if not isinstance(failure, ModelError | TurnError):
             log.error("turn %s failed while streaming", spec.request_id, exc_info=failure)
+        if isinstance(failure, RunLimitError):
+            outcome.limit = failure.limit  # type: ignore[attr-defined]
         error_text, _ = await engine.report_error(
             failure, ChatErrorContext(request_id=spec.request_id, stage="stream", messages_persisted=True)
         )
@@ -346,6 +373,8 @@ async def _stream(
             error=error_text,
             usage=run.usage,
             cost_usd=run.cost_usd,
+            tree_usage=spec.stats.tree_usage(),
+            limit=outcome.limit,
         )
     if external_cancel:
         raise asyncio.CancelledError

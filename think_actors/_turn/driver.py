@@ -25,6 +25,7 @@ from ..errors import StoreFencedError
 from ..messages import UIMessage, new_id
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
+from .budget import open_run
 from .engine import Engine
 from .finish import finish
 from .journal import TurnJournal
@@ -165,6 +166,10 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.should_apply is not None and not await spec.should_apply():
             outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
             return
+    data: dict[str, Any] = {"body": spec.body} if spec.body else {}
+    ticket = open_run(engine, spec)
+    if ticket is not None:  # a recovered turn goes on in the same run, with what it has used
+        data["run"] = ticket.record()
     journal = TurnJournal.new(
         engine,
         request_id=spec.request_id,
@@ -173,7 +178,7 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         input_ids=[m.id for m in messages],
         message_id=new_id(),
         submission_id=spec.submission_id,
-        data={"body": spec.body} if spec.body else {},
+        data=data,
     )
     engine.journal = journal
     try:

@@ -73,6 +73,8 @@ class Engine:
         self.last_body: dict[str, Any] | None = None  # the custom body of the latest turn that had one
         self.children: dict[str, Any] = {}
         self.agent_runs: dict[str, Any] = {}
+        self.agent_tools_running = 0  # this agent's agent-tool children running now (max_concurrent_agent_tools)
+        self.turn_stats: dict[str, Any] = {}  # request id -> TurnStats of the turns running their model attempts
         self.runtime: Any = None  # set by the Ray runtime when the agent is hosted in an actor
         self.observers = Observers(type(agent).__name__, agent.name, agent.path)
         self.warned_classifier = False
@@ -398,6 +400,12 @@ class Engine:
             sink[1](chunk)
         elif self.queue.active_request_id is not None:
             self.emitted.append(chunk)
+
+    def add_child_usage(self, request_id: str, usage: Any) -> None:
+        """Count what a child agent (and its own children) used in the tree of turn ``request_id``."""
+        stats = self.turn_stats.get(request_id)
+        if stats is not None:
+            stats.children = stats.children + usage
 
     def take_emitted(self) -> list[Any]:
         emitted, self.emitted = self.emitted, []

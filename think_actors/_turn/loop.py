@@ -34,7 +34,9 @@ from ..chunks import (
     trusted_builder,
     ui_finish_reason,
 )
+from ..errors import RunLimitError
 from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
+from ..limits import RunTicket
 from ..messages import FilePart, SourceUrlPart, new_id
 from ..models import (
     FileEvent,
@@ -94,6 +96,21 @@ async def _needs_approval(call: Any) -> bool:
             verdict = await verdict
         return bool(verdict)
     return bool(gate)
+
+
+async def _admit_calls(ticket: RunTicket | None, calls: list[Any]) -> RunLimitError | None:
+    """Ask the run's account for the step's tool calls; when it refuses, each gets the limit's error as its result
+    (the model's message stays valid) and the error is returned, to end the turn once the step is recorded."""
+    wanted = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
+    if ticket is None or not wanted:
+        return None
+    try:
+        await ticket.account.admit_tool_calls(len(wanted))
+    except RunLimitError as err:
+        for call in wanted:
+            call.error = f"not run: {err}"
+        return err
+    return None
 
 
 async def _stop(run: TurnRun) -> bool:
@@ -200,6 +217,9 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         response = ResponseMetadata()
         sources: list[SourceUrlPart] = []
         files: list[FilePart] = []
+        ticket = run.ticket
+        if ticket is not None:  # the run's budget, asked before every model request (RunLimitError ends it)
+            await ticket.account.admit_request()
         chat_span = tracing.start_chat(model=model_id, step=step_number, messages=request.messages, tools=len(offered))
         model_stream = client.stream(request)
         stream = (model_stream if run.transform is None else run.transform(model_stream)).__aiter__()
@@ -306,7 +326,11 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         if text_id is not None:
             yield TextEndChunk(id=text_id)
 
+        cost = finish.cost_usd if finish is not None else None
+        if ticket is not None:
+            await ticket.account.charge(usage.input_tokens or 0, usage.output_tokens or 0, cost or 0.0)
         calls = await parse_calls(run, [(c[0], c[1], "".join(c[2])) for _, c in sorted(raw_calls.items())])
+        refused = await _admit_calls(ticket, calls)
         for call in calls:
             if on_chunk is not None:
                 await on_chunk(
@@ -351,7 +375,6 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                     )
         text = "".join(texts)
         added = _step_messages(text, calls, results)
-        cost = finish.cost_usd if finish is not None else None
         result = StepResult(
             step_number=step_number,
             text=text,
@@ -382,6 +405,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         agent_engine.check_owner()  # free: a process learns it was superseded at a refused write, not here
         await agent.on_step_finish(result)
         yield FinishStepChunk()
+        if refused is not None:  # its calls were answered with the limit's error: the turn ends with it
+            raise refused
         # A call the caller must answer (a client tool) ends the loop with that call waiting.
         waiting = bool(gated) or any(c.error is None and c.tool is not None and not c.tool.executable for c in calls)
         if not calls or waiting or await _stop(run):

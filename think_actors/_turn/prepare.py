@@ -146,6 +146,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         ),
         stats=spec.stats,
         transform=cfg.transform,
+        ticket=spec.run,
     )
 
 

@@ -34,6 +34,7 @@ from ..hooks import (
 from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
+from .budget import reopen_run
 from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, recovered_trace, turn_stream
 from .engine import Engine
 from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
@@ -126,6 +127,7 @@ class Recovery:
             on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
         )
         try:
+            spec.run = await reopen_run(engine, record.data)
             with tracing.operation(
                 f"recover {type(engine.agent).__name__}",
                 {tracing.names.AGENT_PATH: engine.path, tracing.names.REQUEST_ID: record.request_id},

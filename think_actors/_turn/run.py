@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hooks import ContextOverflowConfig, StepResult, StopCondition, StreamTransform
+from ..limits import RunTicket, RunUsage
 from ..models import ModelClient, Usage
 from ..tools import Tool
 from .abort import AbortSignal
@@ -25,6 +26,18 @@ class TurnStats:
     cost_usd: float | None = None
     first_chunk_at: float | None = None  # time.monotonic() of the model's first stream event in this turn
     tool_calls: dict[str, dict[str, int]] = field(default_factory=dict)  # tool name -> outcome -> count
+    children: RunUsage = field(default_factory=RunUsage)  # what the child agents it started used, theirs included
+
+    def tree_usage(self) -> RunUsage:
+        """What the turn and every agent it started used together."""
+        own = RunUsage(
+            requests=self.steps,
+            tool_calls=sum(sum(counts.values()) for counts in self.tool_calls.values()),
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cost_usd=self.cost_usd or 0.0,
+        )
+        return own + self.children
 
     def add_step(self, usage: Usage, cost_usd: float | None) -> None:
         self.steps += 1
@@ -91,6 +104,7 @@ class TurnRun:
     stats: TurnStats = field(default_factory=TurnStats)  # shared by the turn's attempts
     journal: Any = None  # the attempt's TurnJournal while its stream runs (tool calls write the log with effects)
     transform: StreamTransform | None = None  # TurnConfig.transform: rewrites each step's model stream
+    ticket: RunTicket | None = None  # the run's limits and account (RunLimits), when it has some
 
     @property
     def agent(self) -> Any:

@@ -12,6 +12,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..hooks import ChatResponseResult
+from ..limits import RunLimits, RunTicket, RunUsage
 from ..messages import UIMessage, user_message
 from ..models import Usage
 from .abort import AbortSignal
@@ -28,7 +29,9 @@ class TurnOutcome:
     ``status`` is ``completed``, ``error``, ``aborted`` or ``skipped``; ``message`` the assistant message the turn
     stored (None when it stored none); ``error`` the text ``on_chat_error`` chose; ``output`` the structured output
     (``output=``); ``classification`` what ``classify_chat_error`` said of its error; ``usage`` and ``cost_usd``
-    what its model requests used and cost.
+    what its model requests used and cost. ``tree_usage`` is what the turn and every agent it started used
+    together (its requests, tool calls, tokens, cost and child agents); ``limit`` names the ``RunLimits`` field that
+    ended the turn, when one did.
     """
 
     status: str = "completed"
@@ -38,6 +41,8 @@ class TurnOutcome:
     classification: str | None = None
     usage: Usage | None = None
     cost_usd: float | None = None
+    tree_usage: RunUsage | None = None
+    limit: str | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +70,8 @@ class TurnSpec:
     on_finished: Callable[[TurnOutcome], Awaitable[None]] | None = None
     finalize: Callable[[], Awaitable[None]] | None = None  # what ``finish`` left for after the response hook
     resumed: bool = False  # handed to recovery (a stalled stream, a dead model server), which finishes it
+    limits: RunLimits | None = None  # a run starts here with these (unless ``run`` says it belongs to one)
+    run: RunTicket | None = None  # the run this turn belongs to (set when the turn starts, or by a parent)
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
     stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish

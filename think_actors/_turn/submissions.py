@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from .. import tracing
 from ..errors import ConfigurationError
+from ..limits import RunLimits
 from ..messages import UIMessage, new_id
 from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
@@ -61,6 +62,7 @@ class Submissions:
         idempotency_key: str | None,
         metadata: dict[str, Any] | None,
         output: Any = None,
+        limits: RunLimits | None = None,
     ) -> Submission:
         if callable(messages):
             raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
@@ -81,6 +83,8 @@ class Submissions:
             self._output_types[sid] = output
             if await engine.store.get_kv(_OUTPUT_KEY + sid) is None:
                 await engine.store.set_kv(_OUTPUT_KEY + sid, wanted)
+        if limits is not None and await engine.store.get_kv(_LIMITS_KEY + sid) is None:
+            await engine.store.set_kv(_LIMITS_KEY + sid, limits.model_dump(exclude_none=True))
         record = SubmissionRecord(
             submission_id=sid,
             request_id=sid,
@@ -92,9 +96,12 @@ class Submissions:
             traceparent=tracing.traceparent(),  # the submitter's span: the drain that runs it links to it
         )
         stored, created = await engine.store.insert_submission(record, id_given=submission_id is not None)
-        if wanted is not None and stored.submission_id != sid:  # the key's earlier submission: nothing new runs
-            self._output_types.pop(sid, None)
-            await engine.store.set_kv(_OUTPUT_KEY + sid, None)
+        if stored.submission_id != sid:  # the key's earlier submission: nothing new runs
+            if wanted is not None:
+                self._output_types.pop(sid, None)
+                await engine.store.set_kv(_OUTPUT_KEY + sid, None)
+            if limits is not None:
+                await engine.store.set_kv(_LIMITS_KEY + sid, None)
         if created:
             engine.publish(
                 "submission:create",
@@ -327,7 +334,9 @@ class Submissions:
                 outcome.status = "aborted"
             await finished(outcome)
 
+        kept_limits = await store.get_kv(_LIMITS_KEY + sid)
         spec = TurnSpec(
+            limits=RunLimits.model_validate(kept_limits) if isinstance(kept_limits, dict) else None,
             request_id=record.request_id,
             trigger="submission",
             signal=engine.aborts.signal(record.request_id),
@@ -422,6 +431,7 @@ def reply_after(messages: Sequence[UIMessage], message_id: str) -> UIMessage | N
     return replies[0].model_copy(update={"parts": tuple(p for m in replies for p in m.parts)})
 
 
+_LIMITS_KEY = "submission-limits:"  # kv: the RunLimits a submission was made with (only when it was)
 _OUTPUT_KEY = "submission-output:"  # kv: {"class": "module:Name"} or {"format": {...}}, then its "value"
 
 

@@ -179,6 +179,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
                 agent=agent,
                 messages=run.messages,
                 emit=emit,
+                run=run.ticket,
             )
             # The effect ledger: "started" is durable before the tool can have any effect.
             effect, recorded = await effect_started(

@@ -25,6 +25,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..hooks import TurnResult
+from ..limits import RunAccount, RunLimits, RunTicket
 from ..mcp import McpServerConfig, McpServerState
 from ..messages import UIMessage, new_id
 from ..observability import Event
@@ -32,6 +33,7 @@ from ..schedule import TaskInfo
 from ..store import MessageHit
 from ..submissions import Submission
 from ..tools import ClientToolSchema, Tool, ToolContext
+from . import accounts
 from .calls import _call, _hibernated, _restarting, _until_restarted, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
 from .host import AgentHost, hosted_options
@@ -191,6 +193,7 @@ class AgentHandle:
         output: Any = None,
         on_client_tool_call: Callable[..., Any] | None = None,
         branch_from: str | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> RemoteStream:
         """Stream a turn of the agent: ``async for chunk in handle.chat("hi")`` (chunks cross in batches and are
         unbatched here). The stream's ``request_id``, ``status``, ``outcome`` and ``collect()`` are those of
@@ -204,6 +207,7 @@ class AgentHandle:
             "request_id": request_id,
             "output": output,
             "branch_from": branch_from,
+            "limits": RunLimits.of(limits),  # checked here: a bad field fails in the caller, before any call
         }
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
@@ -248,27 +252,33 @@ class AgentHandle:
             safe=resumable,  # with a position, sending it again while the actor restarts repeats nothing
         )
 
-    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None) -> RemoteStream:
-        """``Think.run_as_tool`` on the actor: the run's chunks, then its ``AgentRunResult``."""
+    def run_as_tool(self, run_id: str, input: Any, *, output: Any = None, run: RunTicket | None = None) -> RemoteStream:
+        """``Think.run_as_tool`` on the actor: the run's chunks, then its ``AgentRunResult``. ``run``'s account must
+        be one other processes reach (``accounts.share_account``)."""
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()
         reply_to, inbox, inflow = open_channel()
 
         def start() -> Any:
             return self._actor.run_as_tool.options(num_returns="streaming").remote(
-                *self._route, pack_call(run_id, input, output, caller_chain, trace), reply_to
+                *self._route, pack_call(run_id, input, output, caller_chain, trace, run), reply_to
             )
 
         return RemoteStream(self._started(start), run_id, handle=self, restart=start, channel=(inbox, inflow))
 
     async def save_messages(
-        self, messages: Any, *, body: dict[str, Any] | None = None, output: Any = None
+        self,
+        messages: Any,
+        *,
+        body: dict[str, Any] | None = None,
+        output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> TurnResult:
         """``Think.save_messages`` on the actor: run a turn and wait for its ``TurnResult``. ``output`` (a pydantic
         model class, pickled to the actor: define it at the top level of a module) gives ``TurnResult.output``
-        as an instance of it."""
+        as an instance of it; ``limits`` bounds the turn and every agent it starts."""
         result: TurnResult = await self._invoke(
-            "save_messages", messages, body, chain.CHAIN.get(), tracing.carrier(), output
+            "save_messages", messages, body, chain.CHAIN.get(), tracing.carrier(), output, RunLimits.of(limits)
         )
         return result
 
@@ -307,6 +317,7 @@ class AgentHandle:
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
         output: Any = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
         kwargs = {
@@ -314,6 +325,7 @@ class AgentHandle:
             "idempotency_key": idempotency_key,
             "metadata": metadata,
             "output": output,
+            "limits": RunLimits.of(limits),
         }
         # With the caller's trace context: the drain's span links to it, whenever the submission runs.
         trace = tracing.carrier()
@@ -486,6 +498,14 @@ class _ActorRuntime:
         self.agent = agent
         self.config = config
         self._task_functions: dict[int, Any] = {}
+
+    async def share_account(self, ticket: RunTicket) -> RunAccount:
+        """The run's account as the agent's children in other actors reach it."""
+        return await accounts.share_account(ticket, self.config)
+
+    async def find_account(self, run_id: str) -> RunAccount | None:
+        """The run's account in the cluster's accounts actor, if the run spans processes (a recovered turn's)."""
+        return await accounts.find_account(run_id, self.config)
 
     async def sub_agent(
         self, agent_class: type[Think], name: str, path: str, options: dict[str, Any], node_id: str | None = None

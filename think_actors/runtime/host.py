@@ -283,10 +283,10 @@ class HostedAgent:
 
     @_counted
     async def run_as_tool(self, call: bytes, reply_to: ReplyTo | None = None) -> AsyncIterator[bytes]:
-        """``call`` is ``pack_call(run_id, input, output, caller_chain, trace)``."""
-        run_id, input, output, caller_chain, trace = unpack_call(call)
+        """``call`` is ``pack_call(run_id, input, output, caller_chain, trace, run)``."""
+        run_id, input, output, caller_chain, trace, run = unpack_call(call)
         self._enter(caller_chain, trace)
-        stream = self.agent.run_as_tool(run_id, input, output=output)
+        stream = self.agent.run_as_tool(run_id, input, output=output, run=run)
         async for item in deliver(functools.partial(_batches, stream), self.config, reply_to):
             yield item
 
@@ -322,9 +322,10 @@ class HostedAgent:
         caller_chain: tuple[str, ...],
         trace: dict[str, str] | None = None,
         output: Any = None,
+        limits: Any = None,
     ) -> TurnResult:
         self._enter(caller_chain, trace)
-        return await self.agent.save_messages(messages, body=body, output=output)
+        return await self.agent.save_messages(messages, body=body, output=output, limits=limits)
 
     @_counted
     async def continue_last_turn(

@@ -1,0 +1,404 @@
+"""Limits for a run of agents: one budget, one deadline and one set of caps for a turn and every agent it starts.
+
+A *run* is a turn started with ``RunLimits`` (``chat(..., limits=...)``, ``save_messages``, ``submit_messages``, or
+the class attribute ``run_limits``) together with every turn it causes below it: agent tools, their own agent tools,
+on any node. The run's ``RunAccount`` adds up what they use. Every model request and every tool call asks it first
+(``admit_request``, ``admit_tool_calls``); every step's tokens and cost are charged to it when the step ends
+(``charge``); every child agent is admitted by it (``start_child``). ``AccountBook`` is the arithmetic, the same
+wherever the account lives: in the root agent's process (``LocalAccount``) until the run crosses into another process,
+then in the cluster's accounts actor (``think_actors.runtime.accounts``), which ``LocalAccount.share`` moves it to.
+
+Tokens and cost are known only when a step ends, so a step already running when the run reaches a token or cost
+limit finishes and is counted: a run may end above such a limit by what its agents had in flight at that moment, at
+most one model step per agent then running. Requests, tool calls and children are admitted one at a time against
+the account, so those counts never pass their limits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigurationError, RunLimitError
+
+__all__ = [
+    "AccountBook",
+    "LocalAccount",
+    "RunAccount",
+    "RunLimits",
+    "RunTicket",
+    "RunUsage",
+    "child_refusal",
+]
+
+
+class RunLimits(BaseModel):
+    """What one run of agents may use, all of it together: the turn that starts the run and every agent it starts,
+    on any node. ``None`` (the default of each) means no limit.
+
+    - ``max_input_tokens``, ``max_output_tokens``, ``max_total_tokens``: tokens the model requests of the whole run
+      used, as their providers reported them.
+    - ``max_cost_usd``: what those requests cost, from the provider's reported cost or litellm's price table (a
+      request whose price is unknown counts as 0).
+    - ``max_requests``: model requests (one per step). ``max_tool_calls``: tool calls that run (agent tools count).
+    - ``max_depth``: how deep agents may nest below the run's first agent: 0 lets it start no child agent, 1 lets
+      its children start none, and so on.
+    - ``timeout_s``: wall-clock seconds from the run's start; at that moment every turn of the run still going stops.
+    - ``max_agents_in_flight``: child agents running at once in the whole run; ``max_concurrent_agent_tools``:
+      child agents running at once under any one agent of the run (the class attribute of the same name caps an
+      agent whatever the run).
+
+    A run that reaches a budget (tokens, cost, requests, tool calls, the deadline) stops everywhere: the turn that
+    reached it ends with ``RunLimitError``, no new step, tool call or child starts in the run, and a parent
+    whose child ended that way gets a tool error. A child refused for depth or concurrency is a tool error the
+    parent's model can answer, and the run goes on.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_input_tokens: int | None = Field(default=None, ge=1)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    max_total_tokens: int | None = Field(default=None, ge=1)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_requests: int | None = Field(default=None, ge=1)
+    max_tool_calls: int | None = Field(default=None, ge=0)
+    max_depth: int | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    max_agents_in_flight: int | None = Field(default=None, ge=1)
+    max_concurrent_agent_tools: int | None = Field(default=None, ge=1)
+
+    @classmethod
+    def of(cls, value: Any) -> RunLimits | None:
+        """``value`` as RunLimits: an instance, a dict of its fields, or None."""
+        if value is None or isinstance(value, RunLimits):
+            return value
+        if isinstance(value, dict):
+            return cls.model_validate(value)
+        raise ConfigurationError(
+            f"limits takes ta.RunLimits(...) or a dict of its fields (max_total_tokens=..., timeout_s=...), "
+            f"not {type(value).__name__}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunUsage:
+    """What a run (or one agent's part of it, with the agents it started) used."""
+
+    requests: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    agents: int = 0  # child agents started
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: RunUsage) -> RunUsage:
+        return RunUsage(
+            requests=self.requests + other.requests,
+            tool_calls=self.tool_calls + other.tool_calls,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+            agents=self.agents + other.agents,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain JSON data (a tool result's metadata, a stored record)."""
+        return {
+            "requests": self.requests,
+            "toolCalls": self.tool_calls,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "costUsd": self.cost_usd,
+            "agents": self.agents,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunUsage:
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            requests=int(data.get("requests", 0)),
+            tool_calls=int(data.get("toolCalls", 0)),
+            input_tokens=int(data.get("inputTokens", 0)),
+            output_tokens=int(data.get("outputTokens", 0)),
+            cost_usd=float(data.get("costUsd", 0.0)),
+            agents=int(data.get("agents", 0)),
+        )
+
+
+def child_refusal(cap: int) -> str:
+    """The error of a child agent refused by a concurrency cap, in Think's words."""
+    return f"maxConcurrentAgentTools ({cap}) exceeded"
+
+
+@dataclass(slots=True)
+class AccountBook:
+    """A run's account: its limits, what it used, the children running. Synchronous: whoever holds it serializes
+    the calls (one event loop, or the accounts actor), so admissions are atomic."""
+
+    run_id: str
+    limits: RunLimits
+    started_at: float = field(default_factory=time.time)  # wall clock: the deadline holds across machines
+    usage: RunUsage = field(default_factory=RunUsage)
+    in_flight: int = 0
+    by_parent: dict[str, int] = field(default_factory=dict)
+    exceeded: RunLimitError | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        timeout = self.limits.timeout_s
+        return None if timeout is None else self.started_at + timeout
+
+    def _exceed(self, limit: str, used: float, allowed: float, what: str) -> RunLimitError:
+        if self.exceeded is None:
+            self.exceeded = RunLimitError(
+                f"the run {self.run_id!r} reached its {limit} limit ({allowed:g}): {what}. Raise the limit in "
+                f"RunLimits, or give the agent less to do",
+                limit=limit,
+                used=used,
+                allowed=allowed,
+                run_id=self.run_id,
+                stage="stream",
+                messages_persisted=True,
+            )
+        return self.exceeded
+
+    def check(self) -> None:
+        """Raise ``RunLimitError`` when the run has reached a budget (tokens, cost, the deadline)."""
+        if self.exceeded is not None:
+            raise copy.copy(self.exceeded)
+        limits, usage = self.limits, self.usage
+        for limit, used in (
+            ("max_input_tokens", usage.input_tokens),
+            ("max_output_tokens", usage.output_tokens),
+            ("max_total_tokens", usage.total_tokens),
+        ):
+            allowed = getattr(limits, limit)
+            if allowed is not None and used >= allowed:
+                raise self._exceed(limit, used, allowed, f"{used} tokens used")
+        if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
+            raise self._exceed("max_cost_usd", usage.cost_usd, limits.max_cost_usd, f"{usage.cost_usd:.6f} USD spent")
+        deadline = self.deadline
+        if deadline is not None and time.time() >= deadline:
+            elapsed = time.time() - self.started_at
+            raise self._exceed("timeout_s", elapsed, limits.timeout_s or 0.0, f"{elapsed:.1f} s since it started")
+
+    def admit_request(self) -> None:
+        self.check()
+        allowed = self.limits.max_requests
+        if allowed is not None and self.usage.requests >= allowed:
+            raise self._exceed("max_requests", self.usage.requests, allowed, f"{self.usage.requests} model requests")
+        self.usage = _plus(self.usage, requests=1)
+
+    def admit_tool_calls(self, count: int) -> None:
+        self.check()
+        allowed = self.limits.max_tool_calls
+        if allowed is not None and self.usage.tool_calls + count > allowed:
+            raise self._exceed(
+                "max_tool_calls",
+                self.usage.tool_calls + count,
+                allowed,
+                f"{self.usage.tool_calls} tool calls made, {count} more asked for",
+            )
+        self.usage = _plus(self.usage, tool_calls=count)
+
+    def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        """Count a finished step. Passing a budget here stops the run at its next admission, anywhere."""
+        self.usage = _plus(self.usage, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd)
+        with contextlib.suppress(RunLimitError):  # recorded in ``exceeded``: the step that passed it has finished
+            self.check()
+
+    def start_child(self, parent: str, depth: int) -> str | None:
+        """Admit a child agent at ``depth`` under ``parent``: None, or why it may not start (a tool error).
+        Raises ``RunLimitError`` when the run has reached a budget."""
+        self.check()
+        limits = self.limits
+        if limits.max_depth is not None and depth > limits.max_depth:
+            return (
+                f"the run's max_depth ({limits.max_depth}) does not let {parent} start a child agent: answer without it"
+            )
+        if limits.max_agents_in_flight is not None and self.in_flight >= limits.max_agents_in_flight:
+            return f"the run's max_agents_in_flight ({limits.max_agents_in_flight}) child agents are running"
+        cap = limits.max_concurrent_agent_tools
+        if cap is not None and self.by_parent.get(parent, 0) >= cap:
+            return child_refusal(cap)
+        self.in_flight += 1
+        self.by_parent[parent] = self.by_parent.get(parent, 0) + 1
+        self.usage = _plus(self.usage, agents=1)
+        return None
+
+    def finish_child(self, parent: str) -> None:
+        self.in_flight = max(self.in_flight - 1, 0)
+        left = self.by_parent.get(parent, 0) - 1
+        if left > 0:
+            self.by_parent[parent] = left
+        else:
+            self.by_parent.pop(parent, None)
+
+    def state(self) -> dict[str, Any]:
+        """What survives a restart of the agent that holds the account (kept in its store)."""
+        return {
+            "runId": self.run_id,
+            "limits": self.limits.model_dump(exclude_none=True),
+            "startedAt": self.started_at,
+            "usage": self.usage.as_dict(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> AccountBook:
+        return cls(
+            run_id=state["runId"],
+            limits=RunLimits.model_validate(state.get("limits") or {}),
+            started_at=float(state["startedAt"]),
+            usage=RunUsage.from_dict(state.get("usage")),
+        )
+
+
+def _plus(usage: RunUsage, **more: Any) -> RunUsage:
+    return RunUsage(
+        requests=usage.requests + more.get("requests", 0),
+        tool_calls=usage.tool_calls + more.get("tool_calls", 0),
+        input_tokens=usage.input_tokens + more.get("input_tokens", 0),
+        output_tokens=usage.output_tokens + more.get("output_tokens", 0),
+        cost_usd=usage.cost_usd + more.get("cost_usd", 0.0),
+        agents=usage.agents + more.get("agents", 0),
+    )
+
+
+class RunAccount:
+    """The account of a run, where the run's turns charge and ask. ``LocalAccount`` in the root agent's process;
+    the runtime's remote account (the cluster's accounts actor) once the run spans processes."""
+
+    async def admit_request(self) -> None:
+        raise NotImplementedError
+
+    async def admit_tool_calls(self, count: int) -> None:
+        raise NotImplementedError
+
+    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        raise NotImplementedError
+
+    async def start_child(self, parent: str, depth: int) -> str | None:
+        raise NotImplementedError
+
+    async def finish_child(self, parent: str) -> None:
+        raise NotImplementedError
+
+    async def usage(self) -> RunUsage:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """The run is over: forget its account."""
+        raise NotImplementedError
+
+
+class LocalAccount(RunAccount):
+    """A run's account in its root agent's process. ``saved`` (if given) is called with the book's state after
+    every charge (the root keeps it in its store, for a recovered turn); ``share`` moves the account to where other
+    processes reach it, after which every call goes there. ``close`` forgets it (``saved(None)``)."""
+
+    def __init__(self, book: AccountBook, saved: Callable[[dict[str, Any] | None], Awaitable[None]] | None = None):
+        self.book = book
+        self.saved = saved
+        self.shared: RunAccount | None = None
+
+    async def share(self, publish: Callable[[AccountBook], Awaitable[RunAccount]]) -> RunAccount:
+        """The account other processes use: ``publish(book)`` the first time (it copies the book there)."""
+        if self.shared is None:
+            self.shared = await publish(self.book)
+        return self.shared
+
+    async def admit_request(self) -> None:
+        if self.shared is not None:
+            return await self.shared.admit_request()
+        self.book.admit_request()
+
+    async def admit_tool_calls(self, count: int) -> None:
+        if self.shared is not None:
+            return await self.shared.admit_tool_calls(count)
+        self.book.admit_tool_calls(count)
+
+    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        if self.shared is not None:
+            return await self.shared.charge(input_tokens, output_tokens, cost_usd)
+        self.book.charge(input_tokens, output_tokens, cost_usd)
+        if self.saved is not None:
+            await self.saved(self.book.state())
+
+    async def start_child(self, parent: str, depth: int) -> str | None:
+        if self.shared is not None:
+            return await self.shared.start_child(parent, depth)
+        return self.book.start_child(parent, depth)
+
+    async def finish_child(self, parent: str) -> None:
+        if self.shared is not None:
+            return await self.shared.finish_child(parent)
+        self.book.finish_child(parent)
+
+    async def usage(self) -> RunUsage:
+        if self.shared is not None:
+            return await self.shared.usage()
+        return self.book.usage
+
+    async def close(self) -> None:
+        if self.shared is not None:
+            await self.shared.close()
+        if self.saved is not None:
+            await self.saved(None)
+
+    def __reduce__(self) -> Any:
+        raise ConfigurationError(
+            "a run's in-process account cannot leave its process: the runtime shares it first (a bug if you see this)"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunTicket:
+    """What a turn knows of the run it belongs to: the run's id (its first turn's request id), this agent's depth
+    in it (0 for the run's first agent), its limits and its account. ``ToolContext.run`` gives it to tools."""
+
+    run_id: str
+    depth: int
+    limits: RunLimits
+    started_at: float
+    account: RunAccount
+
+    @property
+    def deadline(self) -> float | None:
+        """The run's deadline as a wall-clock time (``time.time()``), or None."""
+        timeout = self.limits.timeout_s
+        return None if timeout is None else self.started_at + timeout
+
+    def remaining_s(self) -> float | None:
+        """Seconds left before the run's deadline (never below 0), or None without one."""
+        deadline = self.deadline
+        return None if deadline is None else max(deadline - time.time(), 0.0)
+
+    def child(self, account: RunAccount | None = None) -> RunTicket:
+        """The ticket of a child agent's turn (one level deeper; ``account`` where the child reaches it)."""
+        return RunTicket(
+            run_id=self.run_id,
+            depth=self.depth + 1,
+            limits=self.limits,
+            started_at=self.started_at,
+            account=account or self.account,
+        )
+
+    def record(self) -> dict[str, Any]:
+        """What a turn's record keeps of its run (a recovered turn rebuilds the ticket from it)."""
+        return {
+            "runId": self.run_id,
+            "depth": self.depth,
+            "limits": self.limits.model_dump(exclude_none=True),
+            "startedAt": self.started_at,
+        }

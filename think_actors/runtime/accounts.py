@@ -1,0 +1,199 @@
+"""The accounts of runs that span processes: one actor per cluster keeps them (``RunAccounts``), and every agent of
+a run, on any node, asks and charges its run's account there (``RemoteAccount``).
+
+A run's account starts in its first agent's process (``limits.LocalAccount``): a run that stays in one process never
+makes a remote call. The first time an agent of the run starts a child agent in another actor, its account is copied
+here (``share``) and the local one forwards every call from then on. A call is one actor call (≈0.3-0.5 ms on 2
+cores); a model step makes two (its admission and its charge). The actor serializes the calls of a run, so admissions
+are atomic across the cluster.
+
+What it does not keep: the accounts live in the actor's memory. If the actor's node dies, Ray restarts it empty; a
+run's agents then go on with the account their first agent kept in its store (what it had used when the run left its
+process) or, for a child, a fresh one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import ray
+
+from ..errors import RunLimitError
+from ..limits import AccountBook, RunAccount, RunTicket, RunUsage
+from .calls import _call
+from .config import RuntimeConfig
+
+__all__ = ["ACCOUNTS_NAME", "RemoteAccount", "RunAccounts", "find_account", "share_account"]
+
+ACCOUNTS_NAME = "think_actors/run-accounts"
+_FORGOTTEN_S = 24 * 3600.0  # a run untouched this long lost its first agent for good: its account is dropped
+
+
+@ray.remote
+class RunAccounts:
+    """Every shared run's ``AccountBook``, by run id. Each method answers with what to raise, never raises: an error
+    crosses back as itself."""
+
+    def __init__(self) -> None:
+        self.books: dict[str, AccountBook] = {}
+        self.touched: dict[str, float] = {}
+
+    def open(self, state: dict[str, Any], in_flight: int, by_parent: dict[str, int]) -> None:
+        """Take over a run's account from its first agent's process (a second call for the run is a no-op)."""
+        run_id = state["runId"]
+        if run_id not in self.books:
+            book = AccountBook.from_state(state)
+            book.in_flight, book.by_parent = in_flight, dict(by_parent)
+            self.books[run_id] = book
+        self._touch(run_id)
+        now = time.time()
+        for stale in [r for r, at in self.touched.items() if now - at > _FORGOTTEN_S]:
+            self.close(stale)
+
+    def has(self, run_id: str) -> bool:
+        return run_id in self.books
+
+    def _book(self, run_id: str) -> AccountBook | None:
+        """The run's book; None for a run this actor does not keep (it restarted empty): its agents go on unchecked
+        rather than fail."""
+        book = self.books.get(run_id)
+        if book is not None:
+            self._touch(run_id)
+        return book
+
+    def _touch(self, run_id: str) -> None:
+        self.touched[run_id] = time.time()
+
+    def admit_request(self, run_id: str) -> RunLimitError | None:
+        book = self._book(run_id)
+        try:
+            if book is not None:
+                book.admit_request()
+        except RunLimitError as err:
+            return err
+        return None
+
+    def admit_tool_calls(self, run_id: str, count: int) -> RunLimitError | None:
+        book = self._book(run_id)
+        try:
+            if book is not None:
+                book.admit_tool_calls(count)
+        except RunLimitError as err:
+            return err
+        return None
+
+    def charge(self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        book = self._book(run_id)
+        if book is not None:
+            book.charge(input_tokens, output_tokens, cost_usd)
+
+    def start_child(self, run_id: str, parent: str, depth: int) -> str | RunLimitError | None:
+        book = self._book(run_id)
+        try:
+            return book.start_child(parent, depth) if book is not None else None
+        except RunLimitError as err:
+            return err
+
+    def finish_child(self, run_id: str, parent: str) -> None:
+        book = self._book(run_id)
+        if book is not None:
+            book.finish_child(parent)
+
+    def usage(self, run_id: str) -> RunUsage:
+        book = self._book(run_id)
+        return book.usage if book is not None else RunUsage()
+
+    def close(self, run_id: str) -> None:
+        self.books.pop(run_id, None)
+        self.touched.pop(run_id, None)
+
+
+def _accounts(config: RuntimeConfig) -> Any:
+    remote: Any = RunAccounts
+    return remote.options(
+        name=ACCOUNTS_NAME,
+        namespace=config.namespace,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        max_task_retries=-1,  # its calls are safe to resend after a restart: a lost account is known as lost
+        num_cpus=0,
+        max_concurrency=1,  # one call at a time: a run's admissions are atomic
+    ).remote()
+
+
+class RemoteAccount(RunAccount):
+    """A run's account in the cluster's accounts actor (what a child in another actor is given)."""
+
+    def __init__(self, run_id: str, namespace: str, actor: Any = None):
+        self.run_id = run_id
+        self.namespace = namespace
+        self._actor = actor
+
+    @property
+    def actor(self) -> Any:
+        if self._actor is None:  # crossed to another process: by name (an actor handle does not pickle plainly)
+            self._actor = ray.get_actor(ACCOUNTS_NAME, namespace=self.namespace)
+        return self._actor
+
+    def __reduce__(self) -> Any:
+        return (RemoteAccount, (self.run_id, self.namespace))
+
+    async def admit_request(self) -> None:
+        refused = await _call(self.actor.admit_request.remote(self.run_id))
+        if refused is not None:
+            raise refused
+
+    async def admit_tool_calls(self, count: int) -> None:
+        refused = await _call(self.actor.admit_tool_calls.remote(self.run_id, count))
+        if refused is not None:
+            raise refused
+
+    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        await _call(self.actor.charge.remote(self.run_id, input_tokens, output_tokens, cost_usd))
+
+    async def start_child(self, parent: str, depth: int) -> str | None:
+        answer = await _call(self.actor.start_child.remote(self.run_id, parent, depth))
+        if isinstance(answer, RunLimitError):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    async def finish_child(self, parent: str) -> None:
+        await _call(self.actor.finish_child.remote(self.run_id, parent))
+
+    async def usage(self) -> RunUsage:
+        found: RunUsage = await _call(self.actor.usage.remote(self.run_id))
+        return found
+
+    async def close(self) -> None:
+        await _call(self.actor.close.remote(self.run_id))
+
+
+async def share_account(ticket: RunTicket, config: RuntimeConfig) -> RunAccount:
+    """The account of ``ticket``'s run as other actors reach it: moved to the accounts actor the first time."""
+    account = ticket.account
+    if isinstance(account, RemoteAccount):
+        return account
+    share = getattr(account, "share", None)
+    if share is None:
+        return account
+
+    async def publish(book: AccountBook) -> RunAccount:
+        actor = _accounts(config)
+        await _call(actor.open.remote(book.state(), book.in_flight, book.by_parent))
+        return RemoteAccount(book.run_id, config.namespace, actor)
+
+    shared: RunAccount = await share(publish)
+    return shared
+
+
+async def find_account(run_id: str, config: RuntimeConfig) -> RunAccount | None:
+    """The accounts actor's account of ``run_id``, if it keeps one."""
+    try:
+        actor = ray.get_actor(ACCOUNTS_NAME, namespace=config.namespace)
+    except ValueError:
+        return None
+    if not await _call(actor.has.remote(run_id)):
+        return None
+    return RemoteAccount(run_id, config.namespace, actor)

@@ -19,7 +19,7 @@ from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
 from .errors import ConfigurationError
 from .hooks import TurnResult
-from .limits import RunLimits, RunTicket, child_refusal
+from .limits import RunLimits, RunTicket, RunUsage, child_refusal
 from .messages import UIMessage
 from .tools import Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
@@ -276,8 +276,8 @@ def agent_tool(
                 await close()
         if result is None:
             result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
-        if result.usage is not None:  # what the child and its own children used counts in this turn's tree
-            parent._engine.add_child_usage(context.request_id, result.usage)
+        # The child, and what it and its own children used, count in this turn's tree.
+        parent._engine.add_child_usage(context.request_id, (result.usage or RunUsage()) + RunUsage(agents=1))
         kind = {"completed": "finished", "aborted": "aborted"}.get(result.status, "error")
         emit(
             AgentToolEventChunk(

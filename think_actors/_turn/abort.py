@@ -48,9 +48,12 @@ class AbortSignal:
             self.task.cancel(msg="think_actors: turn aborted")
 
     def enter_wait(self) -> None:
-        """Mark that the current task now waits inside the engine (safe to cancel)."""
+        """Mark that the current task now waits inside the engine (safe to cancel). Aborted already (while its
+        consumer was not reading, say), the wait it is about to start is cancelled at once."""
         self.task = asyncio.current_task()
         self.waiting = True
+        if self.aborted and self.task is not None:
+            self.task.cancel(msg="think_actors: turn aborted")
 
     def leave_wait(self) -> None:
         self.waiting = False

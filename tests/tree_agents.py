@@ -1,0 +1,161 @@
+"""A lead, its researchers and their fetchers: a three-level tree of agents for the run-limit tests, the same
+classes in process (tests/test_run_limits.py) and on Ray (tests/ray/test_run_limits_on_ray.py).
+
+Every model step reports 100 input and 10 output tokens and costs 0.001 USD. A lead calls its researcher tool twice
+in its first step, a researcher its fetcher tool twice, a fetcher answers at once: a whole run is 10 model requests,
+6 tool calls and 6 child agents. ``Meter`` counts what the children see (how many run at once, which turns ended
+how): a module global in process, a named actor (``METER``) on Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import think_actors as ta
+from think_actors.models import FinishEvent, ModelEvent, TextDelta, ToolCallDelta, Usage
+
+STEP_USAGE = Usage(input_tokens=100, output_tokens=10, total_tokens=110)
+STEP_COST = 0.001
+METER = "tree-meter"
+
+
+class Meter:
+    """Children in flight (the most at once), and each turn's end (agent path, status, time)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.ended: list[tuple[str, str, float]] = []
+
+    def enter(self) -> None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+
+    def leave(self) -> None:
+        self.running -= 1
+
+    def end(self, path: str, status: str) -> None:
+        self.ended.append((path, status, time.time()))
+
+    def report(self) -> dict[str, Any]:
+        return {"running": self.running, "most": self.most, "ended": list(self.ended)}
+
+
+LOCAL_METER = Meter()
+
+
+async def _meter(method: str, *args: Any) -> None:
+    """Call the meter: the named actor when this process is a Ray worker of the tests, else the module's."""
+    import ray
+
+    if ray.is_initialized():
+        try:
+            actor = ray.get_actor(METER, namespace=ray.get_runtime_context().namespace)
+        except ValueError:
+            actor = None
+        if actor is not None:
+            await getattr(actor, method).remote(*args)
+            return
+    getattr(LOCAL_METER, method)(*args)
+
+
+class TreeModel:
+    """Calls ``tool`` ``fanout`` times at once in its first step, then answers; ``pause_s`` before each answer."""
+
+    model_id = "tree-stand-in"
+
+    def __init__(self, tool: str | None = None, fanout: int = 0, *, pause_s: float = 0.0, metered: bool = False):
+        self.tool, self.fanout, self.pause_s, self.metered = tool, fanout, pause_s, metered
+
+    async def stream(self, request: ta.ModelRequest) -> AsyncIterator[ModelEvent]:
+        if self.metered:
+            await _meter("enter")
+        try:
+            if self.pause_s:
+                await asyncio.sleep(self.pause_s)
+            if self.tool and request.messages[-1]["role"] != "tool":
+                for index in range(self.fanout):
+                    yield ToolCallDelta(index, f"call-{uuid.uuid4().hex[:12]}", self.tool, '{"input": "look it up"}')
+                yield FinishEvent("tool_calls", STEP_USAGE, cost_usd=STEP_COST)
+            else:
+                yield TextDelta("done.")
+                yield FinishEvent("stop", STEP_USAGE, cost_usd=STEP_COST)
+        finally:
+            if self.metered:
+                await _meter("leave")
+
+
+class Metered(ta.Think):
+    async def on_chat_response(self, result: ta.ChatResponseResult) -> None:
+        await _meter("end", self.path, result.status)
+
+    async def on_chat_error(self, error: BaseException, ctx: ta.ChatErrorContext) -> Any:
+        if not ctx.messages_persisted or ctx.stage != "stream":
+            return error
+        await _meter("end", self.path, "error")  # a turn that failed before any reply gets no on_chat_response
+        return error
+
+
+class Fetcher(Metered):
+    model = TreeModel()
+
+
+class Researcher(Metered):
+    model = TreeModel("fetcher", 2)
+    tools = (ta.agent_tool(Fetcher, description="Fetch a source."),)
+
+
+class Lead(Metered):
+    model = TreeModel("researcher", 2)
+    tools = (ta.agent_tool(Researcher, description="Research a question."),)
+
+
+class SlowFetcher(Metered):
+    model = TreeModel(pause_s=30.0)
+
+
+class SlowResearcher(Metered):
+    model = TreeModel("slow_fetcher", 2)
+    tools = (ta.agent_tool(SlowFetcher, description="Fetch a source, slowly."),)
+
+
+class SlowLead(Metered):
+    model = TreeModel("slow_researcher", 2)
+    tools = (ta.agent_tool(SlowResearcher, description="Research a question."),)
+
+
+class Probe(Metered):
+    model = TreeModel(pause_s=0.3, metered=True)
+
+
+class WideLead(Metered):
+    """Asks for 20 probes at once."""
+
+    model = TreeModel("probe", 20)
+    tools = (ta.agent_tool(Probe, description="Probe a source."),)
+
+
+class CappedWideLead(WideLead):
+    max_concurrent_agent_tools = 4
+
+
+class Worker(Metered):
+    """Two steps: calls its note tool, then answers."""
+
+    model = TreeModel("note", 1)
+
+    @ta.tool
+    async def note(self, input: str) -> str:
+        """Note something down."""
+        return "noted"
+
+
+class Crowd(Metered):
+    """50 workers at once."""
+
+    model = TreeModel("worker", 50)
+    tools = (ta.agent_tool(Worker, description="Work on it."),)

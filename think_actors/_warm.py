@@ -24,8 +24,9 @@ What it does not cover: Ray 2.60 has no public call for this; the request goes t
 for the raylet and its private worker handle, so a failure is logged once and turns refills off (an agent always
 starts, warm or cold). On a cluster joined with ``address=``, the cluster's runtime env has no set-up hook: a warm
 process still saves the process start, and imports the package when the actor arrives. Nodes that join after
-``ta.init`` get no pool. Idle workers that Ray tasks of the job left count as the pool's (Ray gives those to tasks
-only), so a node that runs task tools may hold a few warm processes fewer. The pool reads Linux's ``/proc``:
+``ta.init`` get no pool. Idle workers that Ray tasks of the job left (task tools) are not the pool's: Ray gives those
+to tasks only, so the pool boots its size besides them (it tells them by having seen them leave the idle processes;
+a task's worker it never saw idle before its task counts as warm). The pool reads Linux's ``/proc``:
 elsewhere nothing is kept warm. Each idle warm process costs ≈6 ms of CPU a second (Ray's worker polls).
 """
 
@@ -368,6 +369,7 @@ class WarmPool:
         self.measured = False
         self.jobs: dict[int, str | None] = {}
         self.last: set[int] = set()
+        self.departed: set[int] = set()  # alive processes that left the idle ones (taken by an actor or a task)
         self.retiring = 0  # processes being ended (_Retiree) whose departure from the pool is not yet seen
         self.last_take = time.monotonic()  # the quiet rule holds at the start too: the driver may be waking already
         self.next_ask = 0.0
@@ -416,7 +418,11 @@ class WarmPool:
     def _look(self) -> None:
         now = time.monotonic()
         waiting, titled = _idle(self.jobs, self.job)
-        # A marker stays while its process lives: a worker that ran Ray tasks and is idle again is as warm as before.
+        # A process that left the pool's view (an actor or a Ray task took it) and is idle again ran a task: Ray
+        # gives such a worker to tasks only, never to a wake, so it is no warm process (nor one still starting).
+        self.departed = (self.departed | (self.last - waiting)) & set(self.jobs)
+        served = waiting & self.departed
+        waiting, titled = waiting - served, titled - served
         markers = _markers(self.markers, self.marker_cache)
         left = len(self.last - waiting)
         retired = min(left, self.retiring)  # the processes the pool's own retirees took are no wake's

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import tree_agents
-from tree_agents import STEP_COST, CappedWideLead, Crowd, Lead, SlowLead, WideLead
+from tree_agents import STEP_COST, STEP_TOKENS, CappedWideLead, Crowd, Lead, SlowLead, WideLead
 
 import think_actors as ta
 from think_actors.limits import AccountBook
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
-STEP_TOKENS = 110
+
 WHOLE_RUN = ta.RunUsage(requests=10, tool_calls=6, input_tokens=1000, output_tokens=100, cost_usd=0.01, agents=6)
 
 

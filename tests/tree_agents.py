@@ -20,6 +20,7 @@ from think_actors.models import FinishEvent, ModelEvent, TextDelta, ToolCallDelt
 
 STEP_USAGE = Usage(input_tokens=100, output_tokens=10, total_tokens=110)
 STEP_COST = 0.001
+STEP_TOKENS = 110
 METER = "tree-meter"
 
 
@@ -159,3 +160,16 @@ class Crowd(Metered):
 
     model = TreeModel("worker", 50)
     tools = (ta.agent_tool(Worker, description="Work on it."),)
+
+
+class SharedWorker(Worker):
+    """A worker in the cluster's shared host actors (many to a process): fifty of them start no fifty processes."""
+
+    hosting = "shared"
+
+
+class SharedCrowd(Metered):
+    """50 shared-hosted workers at once, charging one account from other processes."""
+
+    model = TreeModel("shared_worker", 50)
+    tools = (ta.agent_tool(SharedWorker, description="Work on it."),)

@@ -1,0 +1,111 @@
+"""Run limits on Ray, with the same user code as in process: the tree of ``tests/tree_agents.py`` with every agent an
+actor of its own, so the run's account moves to the cluster's accounts actor and every level charges it there."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import ray
+import tree_agents
+from tree_agents import METER, STEP_TOKENS, Lead, Meter, SharedCrowd, SlowLead, WideLead
+
+import think_actors as ta
+
+pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
+
+WHOLE_RUN = ta.RunUsage(requests=10, tool_calls=6, input_tokens=1000, output_tokens=100, cost_usd=0.01, agents=6)
+
+
+@pytest.fixture
+def meter(ray_runtime: Any) -> Iterator[Any]:
+    """The children's meter: a named actor the tree's agents find (``tree_agents._meter``)."""
+    actor = ray.remote(Meter).options(name=METER, namespace=ray_runtime.namespace).remote()
+    ray.get(actor.report.remote())
+    yield actor
+    ray.kill(actor)
+
+
+def rounded(usage: ta.RunUsage | None) -> ta.RunUsage | None:
+    return None if usage is None else dataclasses.replace(usage, cost_usd=round(usage.cost_usd, 9))
+
+
+async def what_the_tree_did(agent: Any, limits: ta.RunLimits | None) -> tuple[str, str | None, ta.RunUsage | None]:
+    """The same user code for an agent in process and a handle on Ray."""
+    result = await agent.save_messages("research it", limits=limits)
+    return result.status, result.limit, rounded(result.tree_usage)
+
+
+async def test_a_tree_on_ray_reports_and_stops_as_it_does_in_process(unique: str, meter: Any) -> None:
+    in_process = await what_the_tree_did(Lead(f"{unique}-p", store=ta.MemoryStore()), None)
+    on_ray = await what_the_tree_did(await ta.spawn(Lead, f"{unique}-r"), None)
+    assert in_process == on_ray == ("completed", None, WHOLE_RUN)
+
+    limits = ta.RunLimits(max_total_tokens=600)
+    stopped = await what_the_tree_did(await ta.spawn(Lead, f"{unique}-s"), limits)
+    assert stopped[:2] == ("error", "max_total_tokens")
+    usage = stopped[2]
+    assert usage is not None and usage.total_tokens == usage.requests * STEP_TOKENS
+    assert usage.total_tokens - 600 < 4 * STEP_TOKENS  # at most the fetchers in flight when it was crossed
+
+
+async def test_at_most_four_children_run_at_once_across_actors(unique: str, meter: Any) -> None:
+    lead = await ta.spawn(WideLead, unique)
+    chunks = await lead.chat("probe everything", limits=ta.RunLimits(max_concurrent_agent_tools=4)).collect()
+    refused = [c for c in chunks if c.type == "agent-tool-event" and c.kind == "error"]
+    assert len(refused) == 16 and all(c.error == "maxConcurrentAgentTools (4) exceeded" for c in refused)
+    report = await meter.report.remote()
+    assert report["most"] <= 4 and report["running"] == 0
+
+
+async def test_a_deadline_stops_the_tree_on_every_actor(unique: str, meter: Any) -> None:
+    lead = await ta.spawn(SlowLead, unique)
+    started = time.monotonic()
+    result = await lead.save_messages("research it", limits=ta.RunLimits(timeout_s=8.0))
+    elapsed = time.monotonic() - started
+    assert (result.status, result.limit) == ("error", "timeout_s")
+    assert elapsed < 20  # the fetchers' models would take 30 s
+    fetchers = [s for path, s, _ in (await meter.report.remote())["ended"] if "slow-fetcher/" in path]
+    assert fetchers == ["error"] * 4, fetchers
+
+
+async def test_cancelling_the_root_stops_grandchildren_on_their_actors(unique: str, meter: Any) -> None:
+    lead = await ta.spawn(SlowLead, unique)
+    stream = lead.chat("research it")
+    grandchildren = 0
+    async for chunk in stream:
+        inner = getattr(chunk, "chunk", None)
+        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
+            grandchildren += inner.kind == "started"
+            if grandchildren == 4:
+                break
+    await asyncio.sleep(0.5)  # the fetchers' models are running
+    cancelled = time.time()
+    assert await lead.cancel_chat(stream.request_id)
+    await asyncio.wait_for(stream.collect(), 30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        ended = [(s, at) for path, s, at in (await meter.report.remote())["ended"] if "slow-fetcher/" in path]
+        if len(ended) == 4:
+            break
+        await asyncio.sleep(0.1)
+    assert len(ended) == 4 and all(s == "aborted" for s, _ in ended), ended
+    assert max(at for _, at in ended) - cancelled < 1.0  # every grandchild stopped within a second
+
+
+async def test_fifty_children_in_other_processes_charging_one_account(unique: str, meter: Any) -> None:
+    limit = 40 * STEP_TOKENS
+    crowd = await ta.spawn(SharedCrowd, unique)
+    result = await crowd.save_messages("go", limits=ta.RunLimits(max_total_tokens=limit))
+    assert (result.status, result.limit) == ("error", "max_total_tokens")
+    usage = result.tree_usage
+    assert usage is not None and usage.total_tokens == usage.requests * STEP_TOKENS
+    assert usage.total_tokens - limit <= 50 * STEP_TOKENS
+
+
+def test_the_local_meter_is_not_used_on_ray() -> None:
+    assert tree_agents.LOCAL_METER.ended == []

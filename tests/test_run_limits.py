@@ -17,7 +17,6 @@ import think_actors as ta
 from think_actors.limits import AccountBook
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
-
 WHOLE_RUN = ta.RunUsage(requests=10, tool_calls=6, input_tokens=1000, output_tokens=100, cost_usd=0.01, agents=6)
 
 

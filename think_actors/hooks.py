@@ -347,7 +347,7 @@ class ChatResponseResult:
     error: str | None = None
     usage: Usage = field(default_factory=Usage)
     cost_usd: float | None = None
-    tree_usage: RunUsage | None = None
+    tree_usage: RunUsage = field(default_factory=RunUsage)
     limit: str | None = None
 
 
@@ -379,7 +379,7 @@ class TurnResult:
     output: Any = field(default=None)
     usage: Usage | None = None
     cost_usd: float | None = None
-    tree_usage: RunUsage | None = None
+    tree_usage: RunUsage = field(default_factory=RunUsage)
     limit: str | None = None
 
 

@@ -41,7 +41,7 @@ class TurnOutcome:
     classification: str | None = None
     usage: Usage | None = None
     cost_usd: float | None = None
-    tree_usage: RunUsage | None = None
+    tree_usage: RunUsage = field(default_factory=RunUsage)
     limit: str | None = None
 
 

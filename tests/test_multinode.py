@@ -98,3 +98,12 @@ def test_a_lost_node_s_agents_come_back_on_other_nodes_and_finish_what_they_acce
 
 def test_the_cluster_leaves_no_process_behind(scenario: dict[str, Any]) -> None:
     assert scenario["left_behind"] == [], "processes of the run outlived it and had to be killed"
+
+
+def test_a_tree_spread_over_the_nodes_stops_at_its_limit_and_at_one_cancel(scenario: dict[str, Any]) -> None:
+    facts = check(scenario, "run_limits")
+    assert (facts["status"], facts["limit"]) == ("error", "max_total_tokens")
+    assert facts["tokens"] == facts["requests"] * 110 and facts["tokens"] - 600 < 4 * 110
+    assert len(facts["nodes"]) >= 2, f"the tree's agents should be spread over the nodes: {facts['nodes']}"
+    assert facts["stopped"] == ["aborted"] * 4, "every grandchild stopped by the root's cancel, on its node"
+    assert facts["cancel_to_last_stopped_s"] < 1.0

@@ -24,12 +24,15 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(HERE)  # tree_agents: the run-limit tree the in-process and single-node tests use too
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # The nodes' raylets start their workers with this process's environment: they import the agents from here.
-os.environ["PYTHONPATH"] = os.pathsep.join([HERE, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
-sys.path.insert(0, HERE)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [HERE, TESTS, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+)
+sys.path[:0] = [HERE, TESTS]
 
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
@@ -45,6 +48,7 @@ import aiohttp  # noqa: E402
 import asyncpg  # noqa: E402
 import ray  # noqa: E402
 import schedule_checks  # noqa: E402
+import tree_agents  # noqa: E402
 from multinode_agents import Echo, Lead  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
@@ -146,6 +150,48 @@ async def check_parent_and_child(nodes: Nodes, state: dict[str, Any]) -> dict[st
         "forwarded_text": forwarded.replace(nodes.ids["w2"], "<w2>"),
         "lead_text": own.replace(nodes.ids["w2"], "<w2>"),
         "finish": chunks[-1].type if chunks else None,
+    }
+
+
+async def check_run_limits(nodes: Nodes) -> dict[str, Any]:
+    """A three-level tree whose agents the cluster spreads over its nodes: a token limit reached below stops it,
+    and a cancel at the root stops the grandchildren on their nodes (the time from the cancel to the last one)."""
+    namespace = _require_config().namespace
+    meter: Any = ray.remote(tree_agents.Meter).options(name=tree_agents.METER, namespace=namespace).remote()
+    await meter.report.remote()
+    lead = await ta.spawn(tree_agents.Lead, "limits-lead")
+    result = await lead.save_messages("research it", limits=ta.RunLimits(max_total_tokens=600))
+    tree = [a for a in ta.list_agents().agents if a.path.startswith("lead/limits-lead")]
+    slow = await ta.spawn(tree_agents.SlowLead, "limits-cancel")
+    stream = slow.chat("research it")
+    started = 0
+    async for chunk in stream:
+        inner = getattr(chunk, "chunk", None)
+        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
+            started += inner.kind == "started"
+            if started == 4:
+                break
+    await asyncio.sleep(1.0)  # the grandchildren's models are running
+    cancelled = time.time()
+    await slow.cancel_chat(stream.request_id)
+    await stream.collect()
+    ended: list[Any] = []
+    for _ in range(100):
+        ended = [e for e in (await meter.report.remote())["ended"] if "slow-fetcher/" in e[0]]
+        if len(ended) == 4:
+            break
+        await asyncio.sleep(0.1)
+    cancel_tree = [a for a in ta.list_agents().agents if a.path.startswith("slow-lead/limits-cancel")]
+    ray.kill(meter)
+    return {
+        "status": result.status,
+        "limit": result.limit,
+        "requests": result.tree_usage.requests,
+        "tokens": result.tree_usage.total_tokens,
+        "nodes": sorted({nodes.label(a.node_id) for a in tree + cancel_tree}),
+        "agents": len(tree),
+        "stopped": [status for _, status, _ in ended],
+        "cancel_to_last_stopped_s": round(max(at for _, _, at in ended) - cancelled, 3) if ended else None,
     }
 
 
@@ -348,6 +394,7 @@ async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> N
     await asyncio.gather(
         parent_then_gateway(),
         run_check("model_pools", lambda: check_model_pools(nodes), results, timeout_s=2 * CHECK_TIMEOUT_S),
+        run_check("run_limits", lambda: check_run_limits(nodes), results, timeout_s=2 * CHECK_TIMEOUT_S),
     )  # three server processes boot beside the other checks
     try:
         await run_check("node_loss", lambda: check_node_loss(nodes, state, store_url), results)  # takes w2 away

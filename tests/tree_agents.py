@@ -10,6 +10,9 @@ how): a module global in process, a named actor (``METER``) on Ray.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -173,3 +176,24 @@ class SharedCrowd(Metered):
 
     model = TreeModel("shared_worker", 50)
     tools = (ta.agent_tool(SharedWorker, description="Work on it."),)
+
+
+class CrashingResearcher(Metered):
+    """Its process dies in its first tool call, once (a marker file per agent path): Ray restarts it and the
+    restarted actor recovers the turn."""
+
+    model = TreeModel("look_up", 1)
+
+    @ta.tool
+    def look_up(self, input: str) -> str:
+        """Look it up."""
+        marker = os.path.join(tempfile.gettempdir(), "crashed-" + hashlib.sha1(self.path.encode()).hexdigest())
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return "found"
+
+
+class CrashLead(Metered):
+    model = TreeModel("crashing_researcher", 1)
+    tools = (ta.agent_tool(CrashingResearcher, description="Research a question."),)

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from . import tracing
 from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
-from .errors import ConfigurationError
+from .errors import AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
 from .limits import RunLimits, RunTicket, RunUsage, child_refusal
 from .messages import UIMessage
@@ -159,6 +159,9 @@ class LocalAgentHandle:
         return result
 
 
+CHILD_RESTART_WAIT_S = 60.0  # how long an agent tool waits for its child's actor to come back after a crash
+
+
 def _run_name(tool_call_id: str) -> str:
     return "run-" + (re.sub(r"[^A-Za-z0-9._-]", "-", tool_call_id)[:120] or "call")
 
@@ -249,31 +252,46 @@ def agent_tool(
             child_run = ticket.child(await runtime.share_account(ticket) if runtime is not None else None)
         result: AgentRunResult | None = None
         sequence = 0
-        stream = child.run_as_tool(run_id, value, output=output_schema, run=child_run)
-        try:
-            async for item in stream:
-                if isinstance(item, AgentRunResult):
-                    result = item
-                    break
-                sequence += 1
-                emit(
-                    AgentToolEventChunk(
-                        agent=child.path,
-                        parent_tool_call_id=context.tool_call_id,
-                        run_id=run_id,
-                        kind="chunk",
-                        sequence=sequence,
-                        chunk=item,
+        waited = 0.0
+        while result is None:
+            stream = child.run_as_tool(run_id, value, output=output_schema, run=child_run)
+            replayed = 0
+            try:
+                async for item in stream:
+                    if isinstance(item, AgentRunResult):
+                        result = item
+                        break
+                    replayed += 1
+                    if replayed <= sequence:
+                        continue  # sent before the child's process died: its recovered run replays it
+                    sequence += 1
+                    emit(
+                        AgentToolEventChunk(
+                            agent=child.path,
+                            parent_tool_call_id=context.tool_call_id,
+                            run_id=run_id,
+                            kind="chunk",
+                            sequence=sequence,
+                            chunk=item,
+                        )
                     )
-                )
-        except asyncio.CancelledError:
-            # Cancellation does not cross processes by itself: tell the child to stop its run.
-            await asyncio.shield(child.cancel_chat(run_id, "parent turn cancelled"))
-            raise
-        finally:
-            close = getattr(stream, "aclose", None)
-            if close is not None:
-                await close()
+                else:
+                    break  # ended without a result
+            except AgentUnavailableError as err:
+                # The child's process died: Ray restarts it, its recovery finishes the run, and asking again by
+                # the run's id joins it (never a second run).
+                if not err.retryable or waited >= CHILD_RESTART_WAIT_S:
+                    raise
+                await asyncio.sleep(0.5)
+                waited += 0.5
+            except asyncio.CancelledError:
+                # Cancellation does not cross processes by itself: tell the child to stop its run.
+                await asyncio.shield(child.cancel_chat(run_id, "parent turn cancelled"))
+                raise
+            finally:
+                close = getattr(stream, "aclose", None)
+                if close is not None:
+                    await close()
         if result is None:
             result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
         # The child, and what it and its own children used, count in this turn's tree.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import ray
 import tree_agents
-from tree_agents import METER, STEP_TOKENS, Lead, Meter, SharedCrowd, SlowLead, WideLead
+from tree_agents import METER, STEP_TOKENS, CrashLead, Lead, Meter, SharedCrowd, SlowLead, WideLead
 
 import think_actors as ta
 
@@ -105,6 +105,21 @@ async def test_fifty_children_in_other_processes_charging_one_account(unique: st
     usage = result.tree_usage
     assert usage is not None and usage.total_tokens == usage.requests * STEP_TOKENS
     assert usage.total_tokens - limit <= 50 * STEP_TOKENS
+
+
+async def test_a_middle_agent_that_crashes_goes_on_with_what_its_run_had_used(unique: str, meter: Any) -> None:
+    # Three requests allowed: the lead's first, the researcher's first (then its process dies), and the recovered
+    # researcher's answer. The lead's second request is the run's fourth: refused. A recovered turn that forgot its
+    # run would have made its request uncounted, and the lead would have finished.
+    lead = await ta.spawn(CrashLead, unique)
+    result = await lead.save_messages("research it", limits=ta.RunLimits(max_requests=3))
+    assert (result.status, result.limit) == ("error", "max_requests")
+    ended = [(path.rsplit("/", 2)[-2], status) for path, status, _ in (await meter.report.remote())["ended"]]
+    assert ("crashing-researcher", "completed") in ended  # the researcher's recovered turn finished
+    # The lead's agent tool waited for the restarted researcher and got its run's result (no second run).
+    [tool] = [p for m in await lead.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert (tool.state, tool.output) == ("output-available", "done.")
+    assert result.tree_usage.agents == 1
 
 
 def test_the_local_meter_is_not_used_on_ray() -> None:

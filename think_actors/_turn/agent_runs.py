@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..limits import RunTicket, RunUsage
 from ..tools import _jsonable
+from .convert import reply_after
 from .queue import TurnQueue
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 _KV_PREFIX = "agent-tool-run:"
+RUN_PREFIX = "agent-tool:"  # the request id of an agent-tool run: "agent-tool:<the parent's tool call id>"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,16 +79,7 @@ async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output:
             outcome = stream.outcome
         run.result = _result(run_id, outcome, error, output is not None)
         try:
-            await engine.store.set_kv(
-                _KV_PREFIX + run_id,
-                {
-                    "status": run.result.status,
-                    "summary": run.result.summary,
-                    "output": run.result.output,
-                    "error": run.result.error,
-                    "usage": run.result.usage.as_dict() if run.result.usage is not None else None,
-                },
-            )
+            await _store(engine, run.result)
         finally:
             run.changed.set()
             engine.agent_runs.pop(run_id, None)
@@ -110,6 +103,67 @@ def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> A
     )
 
 
+async def record_recovered(engine: Engine, run_id: str, record: Any, outcome: Any, structured: bool) -> None:
+    """Keep how a run that a crash interrupted ended, once its recovered turn has (``recovery``): a caller that
+    re-issues the run after the restart gets this result, never a second run. Its summary is the whole reply the
+    run's caller saw (the partial reply and the continuation together)."""
+    reply = reply_after(engine.messages, record.input_ids[-1]) if record.input_ids else None
+    message = reply if reply is not None else outcome.message
+    result = _result(run_id, _Recovered(outcome, message), None, structured)
+    await _store(engine, result)
+
+
+@dataclass(slots=True)
+class _Recovered:
+    """A recovered turn's outcome, with the whole reply as its message."""
+
+    outcome: Any
+    message: Any
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.outcome, name)
+
+
+async def _store(engine: Engine, result: AgentRunResult) -> None:
+    await engine.store.set_kv(
+        _KV_PREFIX + result.run_id,
+        {
+            "status": result.status,
+            "summary": result.summary,
+            "output": result.output,
+            "error": result.error,
+            "usage": result.usage.as_dict() if result.usage is not None else None,
+        },
+    )
+
+
+async def _follow(engine: Engine, run_id: str, run: _LiveRun) -> None:
+    """Follow a run this process recovers after a crash: its whole stream (the log, then the recovered turn), then
+    the result its recovery kept."""
+    try:
+        async for chunk in engine.recovery.attach(run_id, position=0):
+            run.chunks.append(chunk)
+            run.changed.set()
+        stored = await engine.store.get_kv(_KV_PREFIX + run_id)
+        run.result = (
+            _stored(run_id, stored)
+            if stored is not None
+            else AgentRunResult(run_id=run_id, status="error", error="the run's recovery ended without a result")
+        )
+    except Exception as err:
+        run.result = AgentRunResult(run_id=run_id, status="error", error=str(err) or type(err).__name__)
+    finally:
+        run.changed.set()
+        engine.agent_runs.pop(run_id, None)
+
+
+def _stored(run_id: str, stored: dict[str, Any]) -> AgentRunResult:
+    usage = stored.get("usage")
+    return AgentRunResult(
+        run_id=run_id, **{**stored, "usage": RunUsage.from_dict(usage) if usage is not None else None}
+    )
+
+
 async def run_as_tool(
     engine: Engine, run_id: str, input: Any, output: Any, ticket: RunTicket | None = None
 ) -> AsyncIterator[Any]:
@@ -120,13 +174,13 @@ async def run_as_tool(
     if run is None:
         stored = await engine.store.get_kv(_KV_PREFIX + run_id)
         if stored is not None:
-            usage = stored.get("usage")
-            yield AgentRunResult(
-                run_id=run_id, **{**stored, "usage": RunUsage.from_dict(usage) if usage is not None else None}
-            )
+            yield _stored(run_id, stored)
             return
         run = engine.agent_runs[run_id] = _LiveRun()
-        run.task = asyncio.create_task(_drive(engine, run_id, run, input, output, ticket))
+        if run_id in engine.recovery.live:  # interrupted by a crash of this agent's process: its recovery finishes it
+            run.task = asyncio.create_task(_follow(engine, run_id, run))
+        else:
+            run.task = asyncio.create_task(_drive(engine, run_id, run, input, output, ticket))
     sent = 0
     while True:
         while sent < len(run.chunks):

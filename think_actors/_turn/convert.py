@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Sequence
 from typing import Any
 
 from ..messages import (
@@ -199,3 +200,15 @@ def ensure_continue_checkpoint(messages: list[dict[str, Any]]) -> list[dict[str,
     if messages and messages[-1].get("role") == "assistant":
         return [*messages, {"role": "user", "content": CONTINUE_TEXT}]
     return messages
+
+
+def reply_after(messages: Sequence[UIMessage], message_id: str) -> UIMessage | None:
+    """The assistant messages that follow message ``message_id`` up to the next other message, as one message (the
+    first's id and metadata, every part in order); None when there are none or ``message_id`` is not there."""
+    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
+    if index is None:
+        return None
+    replies = list(itertools.takewhile(lambda m: m.role == "assistant", messages[index + 1 :]))
+    if len(replies) <= 1:
+        return replies[0] if replies else None
+    return replies[0].model_copy(update={"parts": tuple(p for m in replies for p in m.parts)})

@@ -9,6 +9,7 @@ because the relay below keeps streams in it too.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,6 +51,8 @@ class RecoveryPort(Protocol):
     def schedule(self, record: TurnRecord) -> None: ...
 
     def follow(self, request_id: str) -> LiveTurn: ...
+
+    def attach(self, request_id: str, position: int | None = None) -> AsyncIterator[Any]: ...
 
     def busy(self) -> bool: ...
 

@@ -34,6 +34,7 @@ from ..hooks import (
 from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
+from .agent_runs import RUN_PREFIX, record_recovered
 from .budget import reopen_run
 from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, recovered_trace, turn_stream
 from .engine import Engine
@@ -139,6 +140,13 @@ class Recovery:
         except Exception:
             log.exception("recovery of turn %s failed", record.request_id)
         finally:
+            if record.request_id.startswith(RUN_PREFIX) and not spec.resumed:
+                try:  # kept before its followers hear of the end: they read it
+                    await record_recovered(
+                        engine, record.request_id, record, spec.outcome, spec.outcome.output is not None
+                    )
+                except Exception:
+                    log.exception("could not keep the result of agent-tool run %s", record.request_id)
             live.end(spec.outcome.status)
             self._prune()
         if record.submission_id is not None:

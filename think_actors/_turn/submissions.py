@@ -16,7 +16,6 @@ import asyncio
 import contextvars
 import dataclasses
 import importlib
-import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -27,11 +26,12 @@ from pydantic import BaseModel
 from .. import tracing
 from ..errors import ConfigurationError
 from ..limits import RunLimits
-from ..messages import UIMessage, new_id
+from ..messages import new_id
 from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
 from ..tools import _jsonable
+from .convert import reply_after
 from .driver import TurnSpec, normalize_input, turn_stream
 from .engine import Engine
 
@@ -417,18 +417,6 @@ class Submissions:
             log.exception("on_submission_status raised (ignored)")
         async with self._changed:
             self._changed.notify_all()
-
-
-def reply_after(messages: Sequence[UIMessage], message_id: str) -> UIMessage | None:
-    """The assistant messages that follow message ``message_id`` up to the next other message, as one message (the
-    first's id and metadata, every part in order); None when there are none or ``message_id`` is not there."""
-    index = next((i for i, m in enumerate(messages) if m.id == message_id), None)
-    if index is None:
-        return None
-    replies = list(itertools.takewhile(lambda m: m.role == "assistant", messages[index + 1 :]))
-    if len(replies) <= 1:
-        return replies[0] if replies else None
-    return replies[0].model_copy(update={"parts": tuple(p for m in replies for p in m.parts)})
 
 
 _LIMITS_KEY = "submission-limits:"  # kv: the RunLimits a submission was made with (only when it was)

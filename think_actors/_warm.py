@@ -25,8 +25,9 @@ for the raylet and its private worker handle, so a failure is logged once and tu
 starts, warm or cold). On a cluster joined with ``address=``, the cluster's runtime env has no set-up hook: a warm
 process still saves the process start, and imports the package when the actor arrives. Nodes that join after
 ``ta.init`` get no pool. Idle workers that Ray tasks of the job left (task tools) are not the pool's: Ray gives those
-to tasks only, so the pool boots its size besides them (it tells them by having seen them leave the idle processes;
-a task's worker it never saw idle before its task counts as warm). The pool reads Linux's ``/proc``:
+to tasks only, so the pool boots its size besides them (a worker leaves a second marker at its first task,
+``watch_tasks``; without the set-up hook, the pool tells them by having seen them leave the idle processes). The pool
+reads Linux's ``/proc``:
 elsewhere nothing is kept warm. Each idle warm process costs ≈6 ms of CPU a second (Ray's worker polls).
 """
 
@@ -57,6 +58,7 @@ __all__ = [
     "refill_count",
     "start_pools",
     "surplus_count",
+    "watch_tasks",
 ]
 
 log = logging.getLogger(__name__)
@@ -197,13 +199,51 @@ def prepare_worker() -> None:
     _ray_worker().global_worker.get_serialization_context()
 
 
+_SERVED = "served-"  # a marker's prefix for a worker that has run a task (``watch_tasks``)
+
+
+def watch_tasks() -> None:
+    """Leave a second marker the first time this worker runs a task (a Ray task, or an actor's creation): Ray gives
+    a worker that ran a task to tasks only, so once idle again it is no warm process for a wake. Ray looks up each
+    task's function through ``function_actor_manager.get_execution_info`` on its worker: the first call marks it."""
+    manager = _ray_worker().global_worker.function_actor_manager
+    lookup = manager.get_execution_info
+
+    def first_lookup(*args: Any, **kwargs: Any) -> Any:
+        manager.get_execution_info = lookup  # once
+        with contextlib.suppress(OSError), open(os.path.join(_marker_dir(), f"{_SERVED}{os.getpid()}"), "w") as f:
+            f.write(_started(os.getpid()) or "")
+        return lookup(*args, **kwargs)
+
+    manager.get_execution_info = first_lookup
+
+
+def _served(directory: str, pids: set[int]) -> set[int]:
+    """Those of ``pids`` (alive) that ran a task: their ``watch_tasks`` marker names them, start time included."""
+    found = set()
+    for pid in pids:
+        try:
+            with open(os.path.join(directory, f"{_SERVED}{pid}")) as f:
+                started = f.read()
+        except OSError:
+            continue
+        if started and started == _started(pid):
+            found.add(pid)
+    return found
+
+
 def _markers(directory: str, known: dict[int, str]) -> dict[int, str]:
     """The processes that left a marker and may be alive, each with its start time as its marker says (``known``
     caches what was read). A marker whose process is gone is removed: its pid may be reused."""
     try:
-        names = [name for name in os.listdir(directory) if name.isdigit()]
+        listed = os.listdir(directory)
     except OSError:
         return {}
+    for name in listed:  # a task-run marker whose process is gone
+        if name.startswith(_SERVED) and not os.path.exists(f"/proc/{name[len(_SERVED) :]}"):
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, name))
+    names = [name for name in listed if name.isdigit()]
     found: dict[int, str] = {}
     for name in names:
         pid = int(name)
@@ -418,10 +458,10 @@ class WarmPool:
     def _look(self) -> None:
         now = time.monotonic()
         waiting, titled = _idle(self.jobs, self.job)
-        # A process that left the pool's view (an actor or a Ray task took it) and is idle again ran a task: Ray
-        # gives such a worker to tasks only, never to a wake, so it is no warm process (nor one still starting).
+        # A process that ran a task (its task marker says so, or the pool saw it leave the idle ones and come back)
+        # is given by Ray to tasks only, never to a wake: no warm process, nor one still starting.
         self.departed = (self.departed | (self.last - waiting)) & set(self.jobs)
-        served = waiting & self.departed
+        served = (waiting & self.departed) | _served(self.markers, waiting)
         waiting, titled = waiting - served, titled - served
         markers = _markers(self.markers, self.marker_cache)
         left = len(self.last - waiting)

@@ -46,5 +46,6 @@ def setup_worker() -> None:
     _warm.prepare_worker()
     try:
         _warm.mark_ready()
-    except OSError:  # a hook that raises kills the worker: a pool that cannot count it is no reason for that
+        _warm.watch_tasks()
+    except (OSError, AttributeError):  # a hook that raises kills the worker: a pool that cannot count it is no reason
         logging.getLogger(__name__).warning("could not mark this worker as warm", exc_info=True)

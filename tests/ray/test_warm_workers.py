@@ -108,7 +108,9 @@ async def test_workers_that_ran_ray_tasks_are_not_counted_and_the_pool_refills(n
     # Ray gives it to tasks only: it is no warm process for a wake, nor one still starting (counted so, it held the
     # node's boot slots and the pool never refilled).
     before = await _pool(namespace, lambda s: len(s["ready"]) >= 1 and not s["booting"])
-    pids = set(await asyncio.gather(*(_pid_after.remote(0.5) for _ in range(3))))
+    # Short tasks: the pool, full and quiet, looks once a second and sees none of them run.
+    await asyncio.sleep(3 * _warm.QUIET_S)
+    pids = set(await asyncio.gather(*(_pid_after.remote(0.1) for _ in range(3))))
     status = await _pool(
         namespace,
         lambda s: s["taken"] > before["taken"] and len(s["ready"]) >= 1 and not s["booting"],

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from test_gateway import Helper, frames_until_done, request, user
 from test_recovery import WAIT_S, Effects, crash, restart
+from tree_agents import Lead
 
 import think_actors as ta
 from think_actors import delegation, tracing
@@ -642,3 +643,21 @@ def test_a_chat_span_names_the_providers_model_and_keeps_the_litellm_id_aside(
 ) -> None:
     # Dashboards group by gen_ai.request.model: the provider's own name, as the GenAI conventions want it.
     assert tracing.names.model_names(model) == (request_model, provider)
+
+
+async def test_the_root_span_carries_the_trees_totals_and_the_limit_that_ended_it(
+    spans: InMemorySpanExporter,
+) -> None:
+    result = await Lead("traced", store=ta.MemoryStore()).save_messages(
+        "research it", limits=ta.RunLimits(max_requests=4)
+    )
+    assert result.limit == "max_requests"
+    (root,) = named(spans, "invoke_agent Lead")
+    attributes = dict(root.attributes or {})
+    assert attributes["gen_ai.usage.input_tokens"] == 100  # the lead's own step
+    assert attributes["think_actors.tree.requests"] == result.tree_usage.requests
+    assert attributes["think_actors.tree.input_tokens"] == result.tree_usage.input_tokens
+    assert attributes["think_actors.tree.agents"] == result.tree_usage.agents > 0
+    assert attributes["think_actors.run.limit"] == "max_requests"
+    researchers = named(spans, "invoke_agent Researcher")
+    assert researchers and all(s.attributes["gen_ai.usage.input_tokens"] == 100 for s in researchers)

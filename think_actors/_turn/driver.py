@@ -115,7 +115,12 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                 },
             )
         tracing.end_turn(
-            span, status=outcome.status, error=outcome.error, classification=outcome.classification, stats=spec.stats
+            span,
+            status=outcome.status,
+            error=outcome.error,
+            classification=outcome.classification,
+            stats=spec.stats,
+            limit=outcome.limit,
         )
         logs.restore(log_context)
 

@@ -37,6 +37,13 @@ NODE_ID = "think_actors.node_id"
 TRIGGER = "think_actors.trigger"  # chat, save_messages, submission, recovery, continuation ...
 STATUS = "think_actors.status"  # completed | aborted | skipped | error (turns); ok | error | blocked (tools)
 COST = "think_actors.cost_usd"
+# What the turn and every agent it started used together (the whole run, on the run's first turn).
+TREE_INPUT_TOKENS = "think_actors.tree.input_tokens"
+TREE_OUTPUT_TOKENS = "think_actors.tree.output_tokens"
+TREE_REQUESTS = "think_actors.tree.requests"
+TREE_AGENTS = "think_actors.tree.agents"
+TREE_COST = "think_actors.tree.cost_usd"
+RUN_LIMIT = "think_actors.run.limit"  # the RunLimits field that ended the turn
 STEP = "think_actors.step"
 STEPS = "think_actors.steps"
 TOOLS_OFFERED = "think_actors.tools_offered"

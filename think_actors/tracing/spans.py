@@ -116,9 +116,19 @@ def end_turn(
     input_tokens: int,
     output_tokens: int,
     cost_usd: float | None,
+    tree: Any = None,
+    limit: str | None = None,
 ) -> None:
     span = turn.span
     span.set_attribute(names.STATUS, status)
+    if tree is not None:  # a turn that started agents: what they and it used together
+        span.set_attribute(names.TREE_INPUT_TOKENS, tree.input_tokens)
+        span.set_attribute(names.TREE_OUTPUT_TOKENS, tree.output_tokens)
+        span.set_attribute(names.TREE_REQUESTS, tree.requests)
+        span.set_attribute(names.TREE_AGENTS, tree.agents)
+        span.set_attribute(names.TREE_COST, tree.cost_usd)
+    if limit is not None:
+        span.set_attribute(names.RUN_LIMIT, limit)
     span.set_attribute(names.STEPS, steps)
     span.set_attribute(names.INPUT_TOKENS, input_tokens)
     span.set_attribute(names.OUTPUT_TOKENS, output_tokens)

@@ -131,8 +131,11 @@ def start_turn(
     )
 
 
-def end_turn(turn: Any, *, status: str, error: str | None, classification: str | None, stats: Any) -> None:
-    """Close what ``start_turn`` opened (``stats``: the turn's steps, tokens and cost); no-op for None."""
+def end_turn(
+    turn: Any, *, status: str, error: str | None, classification: str | None, stats: Any, limit: str | None = None
+) -> None:
+    """Close what ``start_turn`` opened (``stats``: the turn's steps, tokens and cost, and what the agents it
+    started used; ``limit``: the RunLimits field that ended it); no-op for None."""
     if turn is None or _impl is None:
         return
     _impl.end_turn(
@@ -144,6 +147,8 @@ def end_turn(turn: Any, *, status: str, error: str | None, classification: str |
         input_tokens=stats.input_tokens,
         output_tokens=stats.output_tokens,
         cost_usd=stats.cost_usd,
+        tree=stats.tree_usage() if stats.children.agents else None,
+        limit=limit,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import pytest
+import tree_agents
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
 from opentelemetry import trace
@@ -26,7 +27,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from test_gateway import Helper, frames_until_done, request, user
 from test_recovery import WAIT_S, Effects, crash, restart
-from tree_agents import Lead
 
 import think_actors as ta
 from think_actors import delegation, tracing
@@ -648,7 +648,7 @@ def test_a_chat_span_names_the_providers_model_and_keeps_the_litellm_id_aside(
 async def test_the_root_span_carries_the_trees_totals_and_the_limit_that_ended_it(
     spans: InMemorySpanExporter,
 ) -> None:
-    result = await Lead("traced", store=ta.MemoryStore()).save_messages(
+    result = await tree_agents.Lead("traced", store=ta.MemoryStore()).save_messages(
         "research it", limits=ta.RunLimits(max_requests=4)
     )
     assert result.limit == "max_requests"

@@ -208,3 +208,19 @@ def test_the_book_admits_one_at_a_time_and_keeps_the_first_limit_reached() -> No
     with pytest.raises(ta.RunLimitError) as again:
         book.admit_tool_calls(1)
     assert again.value.limit == "max_output_tokens"
+
+
+async def test_each_childs_total_is_on_its_last_event() -> None:
+    chunks = [c async for c in Lead("e1", store=ta.MemoryStore()).chat("research it")]
+    finished = [c for c in chunks if c.type == "agent-tool-event" and c.kind == "finished"]
+    assert len(finished) == 2
+    for event in finished:  # a researcher: its two steps and its two fetchers' one each
+        assert event.usage is not None
+        assert {k: round(v, 9) for k, v in event.usage.items()} == {
+            "requests": 4,
+            "toolCalls": 2,
+            "inputTokens": 400,
+            "outputTokens": 40,
+            "costUsd": 0.004,
+            "agents": 2,
+        }

@@ -239,7 +239,9 @@ class AgentToolEventChunk(WireModel):
     """A child agent's event forwarded into its parent's stream (never persisted in the parent's message).
 
     ``agent`` is the child's path, ``parent_tool_call_id`` the parent's tool call that runs it; ``kind`` is
-    ``started``, ``chunk`` (``chunk`` holds the child's chunk), ``finished``, ``error`` or ``aborted``.
+    ``started``, ``chunk`` (``chunk`` holds the child's chunk), ``finished``, ``error`` or ``aborted``. The last
+    event of a run carries ``usage``: what the child and the agents it started used (``RunUsage.as_dict()``:
+    requests, toolCalls, inputTokens, outputTokens, costUsd, agents).
     """
 
     type: Literal["agent-tool-event"] = "agent-tool-event"
@@ -251,6 +253,7 @@ class AgentToolEventChunk(WireModel):
     chunk: UIChunk | None = None
     summary: str | None = None
     error: str | None = None
+    usage: dict[str, Any] | None = None
 
 
 def _chunk_tag(value: Any) -> str:

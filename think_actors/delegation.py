@@ -305,6 +305,7 @@ def agent_tool(
                 kind=kind,
                 summary=result.summary,
                 error=result.error,
+                usage=result.usage.as_dict() if result.usage is not None else None,
             )
         )
         if result.status == "completed":

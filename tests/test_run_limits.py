@@ -224,3 +224,22 @@ async def test_each_childs_total_is_on_its_last_event() -> None:
             "costUsd": 0.004,
             "agents": 2,
         }
+
+
+class HastyFetcher(tree_agents.SlowFetcher):
+    run_limits = ta.RunLimits(timeout_s=0.3)  # its own deadline: sooner than the run's
+
+
+class HastyResearcher(tree_agents.Metered):
+    model = tree_agents.TreeModel("hasty_fetcher", 1)
+    tools = (ta.agent_tool(HastyFetcher, description="Fetch, quickly."),)
+
+
+async def test_a_childs_deadline_is_the_sooner_of_its_own_and_its_runs() -> None:
+    researcher = HastyResearcher("h1", store=ta.MemoryStore())
+    started = time.monotonic()
+    result = await researcher.save_messages("go", limits=ta.RunLimits(timeout_s=60))
+    assert time.monotonic() - started < 5  # the fetcher's own 0.3 s, not the run's 60 s
+    assert result.status == "completed"  # the researcher answered without its fetcher
+    fetchers = [status for path, status, _ in tree_agents.LOCAL_METER.ended if "hasty-fetcher/" in path]
+    assert fetchers == ["error"]

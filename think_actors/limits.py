@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -372,12 +373,22 @@ class RunTicket:
     limits: RunLimits
     started_at: float
     account: RunAccount
+    own_deadline: float | None = None  # an agent's own, sooner deadline (its class's run_limits.timeout_s)
 
     @property
     def deadline(self) -> float | None:
-        """The run's deadline as a wall-clock time (``time.time()``), or None."""
+        """This turn's deadline as a wall-clock time (``time.time()``): the run's, or the agent's own when that
+        comes first; None without either."""
         timeout = self.limits.timeout_s
-        return None if timeout is None else self.started_at + timeout
+        deadlines = [d for d in (None if timeout is None else self.started_at + timeout, self.own_deadline) if d]
+        return min(deadlines) if deadlines else None
+
+    def within(self, timeout_s: float | None) -> RunTicket:
+        """This ticket for a turn that must also end within ``timeout_s`` from now (None: unchanged)."""
+        if timeout_s is None:
+            return self
+        own = time.time() + timeout_s
+        return dataclasses.replace(self, own_deadline=min(own, self.own_deadline or own))
 
     def remaining_s(self) -> float | None:
         """Seconds left before the run's deadline (never below 0), or None without one."""
@@ -392,6 +403,7 @@ class RunTicket:
             limits=self.limits,
             started_at=self.started_at,
             account=account or self.account,
+            own_deadline=self.own_deadline,  # what remains of the parent's time bounds the child's
         )
 
     def record(self) -> dict[str, Any]:
@@ -401,4 +413,5 @@ class RunTicket:
             "depth": self.depth,
             "limits": self.limits.model_dump(exclude_none=True),
             "startedAt": self.started_at,
+            "ownDeadline": self.own_deadline,
         }

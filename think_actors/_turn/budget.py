@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from ..errors import RunLimitError
@@ -33,9 +34,11 @@ def _saver(engine: Engine, run_id: str) -> Any:
 def open_run(engine: Engine, spec: TurnSpec) -> RunTicket | None:
     """The run of a turn that starts now: the one a parent gave it, else a new one when the turn (or its agent's
     class, ``run_limits``) has limits; None for a turn without limits."""
-    if spec.run is not None:
+    own = RunLimits.of(getattr(engine.agent, "run_limits", None))
+    if spec.run is not None:  # a parent's run: the agent's own deadline still holds when it comes sooner
+        spec.run = spec.run.within(own.timeout_s if own is not None else None)
         return spec.run
-    limits = spec.limits if spec.limits is not None else RunLimits.of(getattr(engine.agent, "run_limits", None))
+    limits = spec.limits if spec.limits is not None else own
     if limits is None:
         return None
     book = AccountBook(run_id=spec.request_id, limits=limits)
@@ -69,8 +72,14 @@ async def reopen_run(engine: Engine, data: dict[str, Any]) -> RunTicket | None:
         else:  # a child whose run's account is gone (its process was the run's first): what it uses from now on
             book = AccountBook(run_id=run_id, limits=limits, started_at=started_at)
         account = LocalAccount(book, _saver(engine, run_id))
+    own = recorded.get("ownDeadline")
     return RunTicket(
-        run_id=run_id, depth=int(recorded.get("depth", 0)), limits=limits, started_at=started_at, account=account
+        run_id=run_id,
+        depth=int(recorded.get("depth", 0)),
+        limits=limits,
+        started_at=started_at,
+        account=account,
+        own_deadline=float(own) if own is not None else None,
     )
 
 
@@ -81,7 +90,10 @@ def deadline_timer(spec: TurnSpec) -> asyncio.TimerHandle | None:
     remaining = ticket.remaining_s() if ticket is not None else None
     if ticket is None or remaining is None:
         return None
+    deadline = ticket.deadline or 0.0
     timeout = ticket.limits.timeout_s or 0.0
+    if ticket.own_deadline is not None and ticket.own_deadline == deadline:  # the agent's own comes first
+        timeout = round(deadline - time.time(), 3)
     failure = RunLimitError(
         f"the run {ticket.run_id!r} reached its timeout_s limit ({timeout:g} s). Raise the limit in RunLimits, or "
         "give the agent less to do",

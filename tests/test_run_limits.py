@@ -142,10 +142,7 @@ async def test_fifty_children_charging_one_account_stop_at_the_limit() -> None:
 async def test_cancelling_the_root_stops_the_grandchildren_keeping_their_partials() -> None:
     lead = SlowLead("k1", store=ta.MemoryStore())
     stream = lead.chat("research it")
-    async for chunk in stream:
-        inner = getattr(chunk, "chunk", None)  # a researcher's event carrying one of its fetcher's
-        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
-            break
+    await tree_agents.until_grandchildren_started(stream, 1)
     await asyncio.sleep(0.1)  # the fetchers' models are running
     cancelled = time.time()
     assert lead.cancel_chat(stream.request_id)

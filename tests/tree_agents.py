@@ -67,6 +67,18 @@ async def _meter(method: str, *args: Any) -> None:
     getattr(LOCAL_METER, method)(*args)
 
 
+async def until_grandchildren_started(stream: Any, count: int) -> None:
+    """Read a lead's stream until ``count`` of its children's children have started (their events arrive inside
+    the children's own ``agent-tool-event`` chunks)."""
+    started = 0
+    async for chunk in stream:
+        inner = getattr(chunk, "chunk", None)
+        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
+            started += inner.kind == "started"
+            if started >= count:
+                return
+
+
 class TreeModel:
     """Calls ``tool`` ``fanout`` times at once in its first step, then answers; ``pause_s`` before each answer."""
 

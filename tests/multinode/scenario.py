@@ -164,13 +164,7 @@ async def check_run_limits(nodes: Nodes) -> dict[str, Any]:
     tree = [a for a in ta.list_agents().agents if a.path.startswith("lead/limits-lead")]
     slow = await ta.spawn(tree_agents.SlowLead, "limits-cancel")
     stream = slow.chat("research it")
-    started = 0
-    async for chunk in stream:
-        inner = getattr(chunk, "chunk", None)
-        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
-            started += inner.kind == "started"
-            if started == 4:
-                break
+    await tree_agents.until_grandchildren_started(stream, 4)
     await asyncio.sleep(1.0)  # the grandchildren's models are running
     cancelled = time.time()
     await slow.cancel_chat(stream.request_id)

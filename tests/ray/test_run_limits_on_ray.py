@@ -76,13 +76,7 @@ async def test_a_deadline_stops_the_tree_on_every_actor(unique: str, meter: Any)
 async def test_cancelling_the_root_stops_grandchildren_on_their_actors(unique: str, meter: Any) -> None:
     lead = await ta.spawn(SlowLead, unique)
     stream = lead.chat("research it")
-    grandchildren = 0
-    async for chunk in stream:
-        inner = getattr(chunk, "chunk", None)
-        if chunk.type == "agent-tool-event" and getattr(inner, "type", None) == "agent-tool-event":
-            grandchildren += inner.kind == "started"
-            if grandchildren == 4:
-                break
+    await tree_agents.until_grandchildren_started(stream, 4)
     await asyncio.sleep(0.5)  # the fetchers' models are running
     cancelled = time.time()
     assert await lead.cancel_chat(stream.request_id)

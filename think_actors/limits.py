@@ -74,6 +74,16 @@ class RunLimits(BaseModel):
     max_agents_in_flight: int | None = Field(default=None, ge=1)
     max_concurrent_agent_tools: int | None = Field(default=None, ge=1)
 
+    def tightened(self, other: RunLimits | None) -> RunLimits:
+        """These limits, each no looser than ``other``'s (field by field, the smaller of the two that are set)."""
+        if other is None:
+            return self
+        merged: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            merged[name] = theirs if mine is None else mine if theirs is None else min(mine, theirs)
+        return type(self)(**merged)
+
     @classmethod
     def of(cls, value: Any) -> RunLimits | None:
         """``value`` as RunLimits: an instance, a dict of its fields, or None."""

@@ -34,7 +34,7 @@ from . import protocol, security
 from .directory import AgentDirectory, LocalDirectory, RayDirectory, _mcp_state, _refused
 from .protocol import FrameError
 from .rooms import _cleared, _pending, _Room, _Socket, _Stream
-from .turns import ChatTurns
+from .turns import ChatTurns, run_limits
 from .wire import _branch_point as _branch_point  # re-exported: tests and callers import them from here
 from .wire import _incoming, wire_message
 from .wire import reconcile as reconcile
@@ -62,8 +62,11 @@ class Gateway(ChatTurns):
         allowed_origins: Iterable[str] | None = None,
         max_frame_bytes: int = MAX_FRAME_BYTES,
         mcp: bool = False,
+        client_limits: bool = False,
     ):
         self.directory = directory
+        # Chat requests may carry runLimits, which only lower the agent class's run_limits (turns.run_limits).
+        self.client_limits = client_limits
         self.mcp = mcp  # serve the agent classes as MCP tools at /mcp (mcp_server.py)
         self.token = token
         # Pages of other origins than the gateway's own that may use it (security.py, rule 2).
@@ -222,6 +225,7 @@ class Gateway(ChatTurns):
             kind = frame["type"]
             if kind == protocol.CHAT_REQUEST:
                 request_id, body = protocol.chat_request(frame)
+                run_limits(request_id, body, self.client_limits)
                 incoming = _incoming(request_id, body)  # the whole request is checked before anything is stored
                 await self._chat_request(ws, room, agent, request_id, body, incoming)
             elif kind == protocol.CHAT_REQUEST_CANCEL:

@@ -82,6 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--mcp", action="store_true", help="also serve the agent classes as MCP tools at /mcp (streamable HTTP)"
     )
     serve.add_argument(
+        "--client-limits",
+        action="store_true",
+        help="let a chat request's body carry runLimits (RunLimits fields), which can only lower the agent class's",
+    )
+    serve.add_argument(
         "--mcp-stdio",
         action="store_true",
         help="serve only the agent classes' MCP server, on stdin/stdout (how Claude Desktop starts a server)",
@@ -120,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {"token": args.token, "allowed_origins": args.origin, "max_frame_bytes": args.max_frame_bytes}
     if args.mcp:
         options["mcp"] = True
+    if args.client_limits:
+        options["client_limits"] = True
     if args.local:
         app = Gateway(LocalDirectory(classes), **options).app()
 

@@ -10,8 +10,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from .. import tracing
+from ..errors import ConfigurationError
+from ..limits import RunLimits
 from ..messages import UIMessage
 from . import protocol
 from .protocol import FrameError
@@ -22,11 +25,13 @@ from .wire import _branch_point, _concurrency, _stamp_web, reconcile
 __all__ = ["FIRST_FRAME_WAIT_S", "ChatTurns"]
 
 FIRST_FRAME_WAIT_S = 5.0  # how long a chat request holds its socket's next frame for the turn's first frame
-_BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId"})
+_BODY_KEYS = frozenset({"messages", "trigger", "clientTools", "messageId", "runLimits"})
 
 
 class ChatTurns(Relays):
     """Chat requests and tool answers of the room's sockets (``Gateway`` builds on this)."""
+
+    client_limits = False  # whether a chat request's body may carry runLimits (Gateway(client_limits=True))
 
     async def _tool_answer(
         self, ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any], call: str, answer: Awaitable[bool]
@@ -175,7 +180,12 @@ class ChatTurns(Relays):
                     parent=getattr(sender, "trace_headers", None),  # the upgrade request's, as a _Socket keeps
                 ):
                     stream = agent.chat(
-                        [], request_id=request_id, body=custom, client_tools=client_tools, branch_from=branch
+                        [],
+                        request_id=request_id,
+                        body=custom,
+                        client_tools=client_tools,
+                        branch_from=branch,
+                        limits=_client_limits(body, room.agent_class),
                     )
                     origin = protocol.origin_message_ids(body["messages"])
                     await self._pump(
@@ -189,3 +199,25 @@ class ChatTurns(Relays):
             if generation == room.generation:
                 room.current -= 1
             self._release(room)
+
+
+def run_limits(request_id: str, body: dict[str, Any], allowed: bool) -> None:
+    """Check a chat request's ``runLimits`` before anything of it is stored: refused where the gateway does not
+    take them from clients, or when they are not ``RunLimits`` fields."""
+    if "runLimits" not in body or body["runLimits"] is None:
+        return
+    if not allowed:
+        raise protocol.RequestError(
+            request_id, "this gateway takes no runLimits from clients (think-actors serve --client-limits allows them)"
+        )
+    try:
+        RunLimits.of(body["runLimits"])
+    except (ValidationError, ConfigurationError) as err:
+        raise protocol.RequestError(request_id, f"runLimits: {err}") from None
+
+
+def _client_limits(body: dict[str, Any], agent_class: Any) -> RunLimits | None:
+    """A request's ``runLimits`` (checked by ``run_limits``), never looser than the agent class's ``run_limits``:
+    a client may only lower its budget."""
+    requested = RunLimits.of(body.get("runLimits"))
+    return None if requested is None else requested.tightened(getattr(agent_class, "run_limits", None))

@@ -135,8 +135,8 @@ class LifecycleHooks:
         project's error — ``ContextOverflowError``, or a ``ProviderError`` with ``status_code`` and the
         provider's ``response_body`` — or, for an error event inside the stream, the error text as a ``str``.
         ``"context_overflow"`` starts compact-and-retry; the other categories are reserved: they change nothing
-        and are not passed to ``on_chat_error``. Assign ``classify_chat_error =
-        ta.default_context_overflow_classifier`` for the shipped classifier. May be sync or async. Turn lock
+        and are not passed to ``on_chat_error``. For the shipped classifier, return
+        ``ta.default_context_overflow_classifier(error, ctx)`` from your override. May be sync or async. Turn lock
         held. Raising counts as no opinion.
         """
         return None

@@ -1,7 +1,10 @@
 """``default_context_overflow_classifier``: tell a context-window overflow apart from every other model error.
 
-Assign it as ``classify_chat_error = ta.default_context_overflow_classifier`` on a ``Think`` subclass and the
-engine recovers from "the prompt does not fit" (compacting and retrying) instead of failing the turn.
+Return it from a ``Think`` subclass's ``classify_chat_error`` and the engine recovers from "the prompt does not fit"
+(compacting and retrying) instead of failing the turn::
+
+    async def classify_chat_error(self, error, ctx):
+        return ta.default_context_overflow_classifier(error, ctx)
 
 What it reads. The error may be a ``ContextOverflowError`` (always an overflow), a ``ModelError`` with its
 ``message``, ``status_code`` and ``response_body``, any other exception (its message, duck-typed ``status_code``,

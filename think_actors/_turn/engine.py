@@ -345,7 +345,8 @@ class Engine:
                 self.warned_classifier = True
                 log.warning(
                     "%s: context_overflow.reactive is on but classify_chat_error is not set, so no error is treated "
-                    "as a context overflow; set classify_chat_error = ta.default_context_overflow_classifier",
+                    "as a context overflow; define `async def classify_chat_error(self, error, ctx)` returning "
+                    "ta.default_context_overflow_classifier(error, ctx)",
                     type(self.agent).__name__,
                 )
             return None

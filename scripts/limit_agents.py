@@ -67,7 +67,10 @@ class FanModel:
 
 
 class QuickChild(ta.Think):
+    """In the shared hosts on Ray: a child per turn starts no process, so the turn's cost is the turn's own."""
+
     model = FanModel()
+    hosting = "shared"
 
 
 class QuickLead(ta.Think):

@@ -21,7 +21,7 @@ import copy
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -153,17 +153,47 @@ def child_refusal(cap: int) -> str:
 
 
 @dataclass(slots=True)
+class _Counts:
+    requests: int = 0
+    tool_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    agents: int = 0
+
+
 class AccountBook:
     """A run's account: its limits, what it used, the children running. Synchronous: whoever holds it serializes
     the calls (one event loop, or the accounts actor), so admissions are atomic."""
 
-    run_id: str
-    limits: RunLimits
-    started_at: float = field(default_factory=time.time)  # wall clock: the deadline holds across machines
-    usage: RunUsage = field(default_factory=RunUsage)
-    in_flight: int = 0
-    by_parent: dict[str, int] = field(default_factory=dict)
-    exceeded: RunLimitError | None = None
+    __slots__ = ("_counts", "_limits_state", "by_parent", "exceeded", "in_flight", "limits", "run_id", "started_at")
+
+    def __init__(
+        self, *, run_id: str, limits: RunLimits, started_at: float | None = None, usage: RunUsage | None = None
+    ) -> None:
+        self.run_id = run_id
+        self.limits = limits
+        self.started_at = time.time() if started_at is None else started_at  # wall clock: holds across machines
+        used = usage or RunUsage()
+        self._counts = _Counts(
+            used.requests, used.tool_calls, used.input_tokens, used.output_tokens, used.cost_usd, used.agents
+        )
+        self.in_flight = 0
+        self.by_parent: dict[str, int] = {}
+        self.exceeded: RunLimitError | None = None
+        self._limits_state = limits.model_dump(exclude_none=True)
+
+    @property
+    def usage(self) -> RunUsage:
+        counts = self._counts
+        return RunUsage(
+            requests=counts.requests,
+            tool_calls=counts.tool_calls,
+            input_tokens=counts.input_tokens,
+            output_tokens=counts.output_tokens,
+            cost_usd=counts.cost_usd,
+            agents=counts.agents,
+        )
 
     @property
     def deadline(self) -> float | None:
@@ -188,46 +218,54 @@ class AccountBook:
         """Raise ``RunLimitError`` when the run has reached a budget (tokens, cost, the deadline)."""
         if self.exceeded is not None:
             raise copy.copy(self.exceeded)
-        limits, usage = self.limits, self.usage
-        for limit, used in (
-            ("max_input_tokens", usage.input_tokens),
-            ("max_output_tokens", usage.output_tokens),
-            ("max_total_tokens", usage.total_tokens),
+        limits, counts = self.limits, self._counts
+        for limit, allowed, used in (
+            ("max_input_tokens", limits.max_input_tokens, counts.input_tokens),
+            ("max_output_tokens", limits.max_output_tokens, counts.output_tokens),
+            ("max_total_tokens", limits.max_total_tokens, counts.input_tokens + counts.output_tokens),
         ):
-            allowed = getattr(limits, limit)
             if allowed is not None and used >= allowed:
                 raise self._exceed(limit, used, allowed, f"{used} tokens used")
-        if limits.max_cost_usd is not None and usage.cost_usd >= limits.max_cost_usd:
-            raise self._exceed("max_cost_usd", usage.cost_usd, limits.max_cost_usd, f"{usage.cost_usd:.6f} USD spent")
-        deadline = self.deadline
-        if deadline is not None and time.time() >= deadline:
+        if limits.max_cost_usd is not None and counts.cost_usd >= limits.max_cost_usd:
+            raise self._exceed("max_cost_usd", counts.cost_usd, limits.max_cost_usd, f"{counts.cost_usd:.6f} USD spent")
+        timeout = limits.timeout_s
+        if timeout is not None and time.time() >= self.started_at + timeout:
             elapsed = time.time() - self.started_at
-            raise self._exceed("timeout_s", elapsed, limits.timeout_s or 0.0, f"{elapsed:.1f} s since it started")
+            raise self._exceed("timeout_s", elapsed, timeout, f"{elapsed:.1f} s since it started")
 
     def admit_request(self) -> None:
         self.check()
-        allowed = self.limits.max_requests
-        if allowed is not None and self.usage.requests >= allowed:
-            raise self._exceed("max_requests", self.usage.requests, allowed, f"{self.usage.requests} model requests")
-        self.usage = _plus(self.usage, requests=1)
+        allowed, counts = self.limits.max_requests, self._counts
+        if allowed is not None and counts.requests >= allowed:
+            raise self._exceed("max_requests", counts.requests, allowed, f"{counts.requests} model requests")
+        counts.requests += 1
 
     def admit_tool_calls(self, count: int) -> None:
         self.check()
-        allowed = self.limits.max_tool_calls
-        if allowed is not None and self.usage.tool_calls + count > allowed:
+        allowed, counts = self.limits.max_tool_calls, self._counts
+        if allowed is not None and counts.tool_calls + count > allowed:
             raise self._exceed(
                 "max_tool_calls",
-                self.usage.tool_calls + count,
+                counts.tool_calls + count,
                 allowed,
-                f"{self.usage.tool_calls} tool calls made, {count} more asked for",
+                f"{counts.tool_calls} tool calls made, {count} more asked for",
             )
-        self.usage = _plus(self.usage, tool_calls=count)
+        counts.tool_calls += count
 
     def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         """Count a finished step. Passing a budget here stops the run at its next admission, anywhere."""
-        self.usage = _plus(self.usage, input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost_usd)
+        counts = self._counts
+        counts.input_tokens += input_tokens
+        counts.output_tokens += output_tokens
+        counts.cost_usd += cost_usd
         with contextlib.suppress(RunLimitError):  # recorded in ``exceeded``: the step that passed it has finished
             self.check()
+
+    def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
+        """Charge a finished step, then admit its ``tool_calls`` (none: the charge alone)."""
+        self.charge(input_tokens, output_tokens, cost_usd)
+        if tool_calls:
+            self.admit_tool_calls(tool_calls)
 
     def start_child(self, parent: str, depth: int) -> str | None:
         """Admit a child agent at ``depth`` under ``parent``: None, or why it may not start (a tool error).
@@ -245,7 +283,7 @@ class AccountBook:
             return child_refusal(cap)
         self.in_flight += 1
         self.by_parent[parent] = self.by_parent.get(parent, 0) + 1
-        self.usage = _plus(self.usage, agents=1)
+        self._counts.agents += 1
         return None
 
     def finish_child(self, parent: str) -> None:
@@ -258,11 +296,19 @@ class AccountBook:
 
     def state(self) -> dict[str, Any]:
         """What survives a restart of the agent that holds the account (kept in its store)."""
+        counts = self._counts
         return {
             "runId": self.run_id,
-            "limits": self.limits.model_dump(exclude_none=True),
+            "limits": self._limits_state,
             "startedAt": self.started_at,
-            "usage": self.usage.as_dict(),
+            "usage": {
+                "requests": counts.requests,
+                "toolCalls": counts.tool_calls,
+                "inputTokens": counts.input_tokens,
+                "outputTokens": counts.output_tokens,
+                "costUsd": counts.cost_usd,
+                "agents": counts.agents,
+            },
         }
 
     @classmethod
@@ -273,17 +319,6 @@ class AccountBook:
             started_at=float(state["startedAt"]),
             usage=RunUsage.from_dict(state.get("usage")),
         )
-
-
-def _plus(usage: RunUsage, **more: Any) -> RunUsage:
-    return RunUsage(
-        requests=usage.requests + more.get("requests", 0),
-        tool_calls=usage.tool_calls + more.get("tool_calls", 0),
-        input_tokens=usage.input_tokens + more.get("input_tokens", 0),
-        output_tokens=usage.output_tokens + more.get("output_tokens", 0),
-        cost_usd=usage.cost_usd + more.get("cost_usd", 0.0),
-        agents=usage.agents + more.get("agents", 0),
-    )
 
 
 class RunAccount:
@@ -297,6 +332,10 @@ class RunAccount:
         raise NotImplementedError
 
     async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
+        raise NotImplementedError
+
+    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
+        """Charge a finished step and admit its tool calls (``AccountBook.settle``), in one call."""
         raise NotImplementedError
 
     async def start_child(self, parent: str, depth: int) -> str | None:
@@ -345,6 +384,15 @@ class LocalAccount(RunAccount):
         self.book.charge(input_tokens, output_tokens, cost_usd)
         if self.saved is not None:
             await self.saved(self.book.state())
+
+    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
+        if self.shared is not None:
+            return await self.shared.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+        try:
+            self.book.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+        finally:
+            if self.saved is not None:
+                await self.saved(self.book.state())
 
     async def start_child(self, parent: str, depth: int) -> str | None:
         if self.shared is not None:

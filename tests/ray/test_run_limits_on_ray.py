@@ -114,7 +114,3 @@ async def test_a_middle_agent_that_crashes_goes_on_with_what_its_run_had_used(un
     [tool] = [p for m in await lead.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
     assert (tool.state, tool.output) == ("output-available", "done.")
     assert result.tree_usage.agents == 1
-
-
-def test_the_local_meter_is_not_used_on_ray() -> None:
-    assert tree_agents.LOCAL_METER.ended == []

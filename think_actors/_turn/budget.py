@@ -91,21 +91,21 @@ def deadline_timer(spec: TurnSpec) -> asyncio.TimerHandle | None:
     if ticket is None or remaining is None:
         return None
     deadline = ticket.deadline or 0.0
-    timeout = ticket.limits.timeout_s or 0.0
-    if ticket.own_deadline is not None and ticket.own_deadline == deadline:  # the agent's own comes first
-        timeout = round(deadline - time.time(), 3)
-    failure = RunLimitError(
-        f"the run {ticket.run_id!r} reached its timeout_s limit ({timeout:g} s). Raise the limit in RunLimits, or "
-        "give the agent less to do",
-        limit="timeout_s",
-        used=timeout,
-        allowed=timeout,
-        run_id=ticket.run_id,
-        stage="stream",
-        messages_persisted=True,
-    )
+    own = ticket.own_deadline is not None and ticket.own_deadline == deadline  # the agent's own comes first
 
     def expire() -> None:
+        timeout = round(deadline - ticket.started_at, 3) if not own else round(deadline - started, 3)
+        failure = RunLimitError(
+            f"the run {ticket.run_id!r} reached its timeout_s limit ({timeout:g} s). Raise the limit in RunLimits, "
+            "or give the agent less to do",
+            limit="timeout_s",
+            used=timeout,
+            allowed=timeout,
+            run_id=ticket.run_id,
+            stage="stream",
+            messages_persisted=True,
+        )
         spec.signal.abort(f"the run's deadline (timeout_s={timeout:g}) passed", failure=failure)
 
+    started = time.time()
     return asyncio.get_running_loop().call_later(remaining, expire)

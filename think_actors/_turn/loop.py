@@ -98,14 +98,15 @@ async def _needs_approval(call: Any) -> bool:
     return bool(gate)
 
 
-async def _admit_calls(ticket: RunTicket | None, calls: list[Any]) -> RunLimitError | None:
-    """Ask the run's account for the step's tool calls; when it refuses, each gets the limit's error as its result
-    (the model's message stays valid) and the error is returned, to end the turn once the step is recorded."""
-    wanted = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
-    if ticket is None or not wanted:
+async def _settle(ticket: RunTicket | None, usage: Usage, cost: float | None, calls: list[Any]) -> RunLimitError | None:
+    """Charge the step to the run's account and ask it for the step's tool calls, in one call. When it refuses the
+    calls, each gets the limit's error as its result (the model's message stays valid) and the error is returned,
+    to end the turn once the step is recorded."""
+    if ticket is None:
         return None
+    wanted = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
     try:
-        await ticket.account.admit_tool_calls(len(wanted))
+        await ticket.account.settle(usage.input_tokens or 0, usage.output_tokens or 0, cost or 0.0, len(wanted))
     except RunLimitError as err:
         for call in wanted:
             call.error = f"not run: {err}"
@@ -327,10 +328,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             yield TextEndChunk(id=text_id)
 
         cost = finish.cost_usd if finish is not None else None
-        if ticket is not None:
-            await ticket.account.charge(usage.input_tokens or 0, usage.output_tokens or 0, cost or 0.0)
         calls = await parse_calls(run, [(c[0], c[1], "".join(c[2])) for _, c in sorted(raw_calls.items())])
-        refused = await _admit_calls(ticket, calls)
+        refused = await _settle(ticket, usage, cost, calls)
         for call in calls:
             if on_chunk is not None:
                 await on_chunk(

@@ -88,6 +88,17 @@ class RunAccounts:
         if book is not None:
             book.charge(input_tokens, output_tokens, cost_usd)
 
+    def settle(
+        self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int
+    ) -> RunLimitError | None:
+        book = self._book(run_id)
+        try:
+            if book is not None:
+                book.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+        except RunLimitError as err:
+            return err
+        return None
+
     def start_child(self, run_id: str, parent: str, depth: int) -> str | RunLimitError | None:
         book = self._book(run_id)
         try:
@@ -153,6 +164,11 @@ class RemoteAccount(RunAccount):
     async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         await _call(self.actor.charge.remote(self.run_id, input_tokens, output_tokens, cost_usd))
 
+    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
+        refused = await _call(self.actor.settle.remote(self.run_id, input_tokens, output_tokens, cost_usd, tool_calls))
+        if refused is not None:
+            raise refused
+
     async def start_child(self, parent: str, depth: int) -> str | None:
         answer = await _call(self.actor.start_child.remote(self.run_id, parent, depth))
         if isinstance(answer, RunLimitError):
@@ -160,14 +176,14 @@ class RemoteAccount(RunAccount):
         return answer  # type: ignore[no-any-return]
 
     async def finish_child(self, parent: str) -> None:
-        await _call(self.actor.finish_child.remote(self.run_id, parent))
+        self.actor.finish_child.remote(self.run_id, parent)  # not awaited: Ray keeps one caller's calls in order
 
     async def usage(self) -> RunUsage:
         found: RunUsage = await _call(self.actor.usage.remote(self.run_id))
         return found
 
     async def close(self) -> None:
-        await _call(self.actor.close.remote(self.run_id))
+        self.actor.close.remote(self.run_id)  # not awaited, as finish_child
 
 
 async def share_account(ticket: RunTicket, config: RuntimeConfig) -> RunAccount:

@@ -104,6 +104,7 @@ BENCH := \
 	"$(PY) scripts/bench_tracing.py" \
 	"$(PY) scripts/bench_ray.py --turns 10" \
 	"$(PY) scripts/bench_recovery.py --crashes 5 --burners 2" \
+	"$(PY) scripts/bench_limits.py --turns 300 --ray-turns 40 --trees 2" \
 	"$(PY) scripts/bench_gateway.py" \
 	"$(PY) scripts/bench_live.py" \
 	"$(PY) scripts/bench_scale.py --shared --skip a,c --agents 50 --turns 3" \
@@ -127,6 +128,7 @@ BENCH_FULL := \
 	"$(PY) scripts/bench_history.py" \
 	"$(PY) scripts/bench_ray.py" \
 	"$(PY) scripts/bench_recovery.py" \
+	"$(PY) scripts/bench_limits.py --turns 1000 --ray-turns 100 --trees 4" \
 	"$(PY) scripts/bench_gateway.py" \
 	"$(PY) scripts/bench_live.py" \
 	"$(PY) scripts/bench_scale.py --held --shared --skip a,c" \
@@ -142,7 +144,7 @@ BENCH_FULL := \
 bench-quick: $(STAMP) $(BENCH_STAMP) ## Headline figures, under 3 min: in-process turn vs the bare loop, vs openai-agents and pydantic-ai, bench_live --quick's capacity ramps (floor relay, local, shared, actor); one summary table
 	$(PY) scripts/bench_summary.py $(BENCH_QUICK) $(BENCH_QUICK_LEFT_OUT)
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks, under 20 min, one summary table: turn vs bare loop, peers, model path, 10k-message history, MCP, tracing, Ray, crash recovery, 100 WebSocket clients, bench_live in full (~10 min), scale (b) at N=50, (a) start rate, (c) 10 wakes of 1,000 addressable, 500 scheduled prompts through the runners
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks, under 20 min, one summary table: turn vs bare loop, peers, model path, 10k-message history, MCP, tracing, Ray, crash recovery, run limits, 100 WebSocket clients, bench_live in full (~10 min), scale (b) at N=50, (a) start rate, (c) 10 wakes of 1,000 addressable, 500 scheduled prompts through the runners
 	$(PY) scripts/bench_summary.py $(BENCH) $(BENCH_LEFT_OUT)
 
 bench-full: $(STAMP) $(BENCH_STAMP) ## Every benchmark at full size, about 90 min, one summary table: bench's at full size, scale (b) at N=100 and 200, a 3-node cluster, 1,000 agents through the gateway, 10,000 scheduled prompts

@@ -1,7 +1,8 @@
 """What run limits cost, and how fast one cancel stops a tree of agents.
 
-1. Accounting per model step. The same turn (a lead's two steps and one agent-tool child's one step) run again
-   and again with and without ``RunLimits``, side by side in one run: in process, the CPU of this process per turn;
+1. Accounting per model step. The same turn (a lead's two steps and one agent-tool child's one step, each answer
+   60 text tokens) run again and again with and without ``RunLimits``, side by side in one run: in process, the
+   median CPU of this process per turn;
    on local Ray (the lead and the child each an actor, so the run's account moves to the accounts actor and every
    step asks and charges it there), the whole machine's CPU per turn (``/proc/stat``) and the turn's latency.
 2. Cancel to stopped. A lead on Ray fans out to 5 researchers, each to 5 fetchers whose model hangs: 31 agents, an
@@ -27,10 +28,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import ray
 from bench_summary import summary_row, write_rows
 from limit_agents import CLOCK, FanLead, QuickLead, StopClock
 
 import think_actors as ta
+from think_actors.runtime import _require_config
+from think_actors.runtime.accounts import ACCOUNTS_NAME
 
 LIMITS = ta.RunLimits(max_total_tokens=10_000_000, max_cost_usd=1000.0, timeout_s=3600, max_depth=5)
 
@@ -49,29 +53,31 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def in_process(turns: int) -> dict[str, float]:
-    """CPU ms per turn of this process, without and with limits (alternating blocks of 20 turns)."""
-    spent = {"off": 0.0, "on": 0.0}
-    lead = QuickLead("in-process", store=ta.MemoryStore())
-    for _ in range(5):  # warm up
-        await lead.save_messages("go", limits=LIMITS)
-        await lead.save_messages("go")
-    for block in range(turns // 20):
-        for key in ("off", "on") if block % 2 == 0 else ("on", "off"):
-            limits = LIMITS if key == "on" else None
+    """Median CPU ms of this process per turn, without and with limits: two agents, their turns alternating (both
+    histories grow alike, and are cleared every 50 turns)."""
+    agents = {
+        "off": QuickLead("in-process-off", store=ta.MemoryStore()),
+        "on": QuickLead("in-process-on", store=ta.MemoryStore()),
+    }
+    spent: dict[str, list[float]] = {"off": [], "on": []}
+    for index in range(turns + 10):
+        for key, agent in agents.items():
+            if index % 50 == 0:
+                await agent.clear()
             started = time.process_time()
-            for _ in range(10):
-                await lead.save_messages("go", limits=limits)
-            spent[key] += time.process_time() - started
-    count = (turns // 20) * 10
-    return {key: value / count * 1000 for key, value in spent.items()}
+            await agent.save_messages("go", limits=LIMITS if key == "on" else None)
+            if index >= 10:  # the first ten warm up
+                spent[key].append(time.process_time() - started)
+    return {key: statistics.median(values) * 1000 for key, values in spent.items()}
 
 
 async def on_ray(turns: int) -> dict[str, Any]:
-    """Machine CPU ms and latency ms per turn on Ray, without and with limits (alternating blocks)."""
-    lead = await ta.spawn(QuickLead, f"quick-{time.time_ns()}")
+    """Machine CPU ms and median latency ms per turn on Ray, without and with limits: two lead actors, blocks of five
+    turns alternating."""
+    leads = {key: await ta.spawn(QuickLead, f"quick-{key}-{time.time_ns()}") for key in ("off", "on")}
     for _ in range(3):
-        await lead.save_messages("go", limits=LIMITS)
-        await lead.save_messages("go")
+        for key, lead in leads.items():
+            await lead.save_messages("go", limits=LIMITS if key == "on" else None)
     cpu = {"off": 0.0, "on": 0.0}
     latency: dict[str, list[float]] = {"off": [], "on": []}
     for block in range(turns // 10):
@@ -80,11 +86,14 @@ async def on_ray(turns: int) -> dict[str, Any]:
             before = machine_cpu_s()
             for _ in range(5):
                 started = time.perf_counter()
-                await lead.save_messages("go", limits=limits)
+                await leads[key].save_messages("go", limits=limits)
                 latency[key].append(time.perf_counter() - started)
             cpu[key] += machine_cpu_s() - before
     count = (turns // 10) * 5
+    accounts = ray.get_actor(ACCOUNTS_NAME, namespace=_require_config().namespace)
+    calls = await accounts.counted.remote()
     return {
+        "calls": calls / (count + 3),
         "cpu": {key: value / count * 1000 for key, value in cpu.items()},
         "latency": {key: statistics.median(values) * 1000 for key, values in latency.items()},
     }
@@ -127,7 +136,7 @@ async def main(turns: int, ray_turns: int, trees: int, json_path: str | None) ->
     local_added = (local["on"] - local["off"]) / steps
     ray_added = (remote["cpu"]["on"] - remote["cpu"]["off"]) / steps
     p50, p99 = percentile(stops, 0.5) * 1000, percentile(stops, 0.99) * 1000
-    print("Run limits: what the accounting costs (a turn of 3 model steps and one child agent)")
+    print("Run limits: what the accounting costs (a turn of 3 model steps, 60-token answers, one child agent)")
     print(f"  in process: CPU per turn {local['off']:.2f} ms without limits, {local['on']:.2f} ms with")
     print(f"    added per model step {local_added:.3f} ms ({local_added * steps / local['off'] * 100:+.1f} % a turn)")
     print(f"  on Ray: machine CPU per turn {remote['cpu']['off']:.1f} ms without, {remote['cpu']['on']:.1f} ms with")
@@ -135,6 +144,7 @@ async def main(turns: int, ray_turns: int, trees: int, json_path: str | None) ->
         f"    added per model step {ray_added:.2f} ms ({ray_added * steps / remote['cpu']['off'] * 100:+.1f} % a turn)"
     )
     print(f"    turn latency (median) {remote['latency']['off']:.1f} ms without, {remote['latency']['on']:.1f} ms with")
+    print(f"    calls to the accounts actor per turn with limits: {remote['calls']:.1f}")
     print(f"Cancel at the root of {trees} trees of 31 agents on Ray (an actor each): {len(stops)} fetchers")
     print(f"  cancel -> fetcher's turn stopped: p50 {p50:.0f} ms, p99 {p99:.0f} ms, slowest {max(stops) * 1000:.0f} ms")
     write_rows(
@@ -187,7 +197,7 @@ async def main(turns: int, ray_turns: int, trees: int, json_path: str | None) ->
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--turns", type=int, default=200, help="in-process turns, half of them with limits")
+    parser.add_argument("--turns", type=int, default=300, help="in-process turns of each agent (with, without)")
     parser.add_argument("--ray-turns", type=int, default=40, help="turns on Ray, half of them with limits")
     parser.add_argument("--trees", type=int, default=2, help="trees of 31 agents to cancel")
     parser.add_argument("--json", default=None, help="append the summary rows here (scripts/bench_summary.py)")

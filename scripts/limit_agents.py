@@ -45,12 +45,14 @@ async def _clock(method: str) -> None:
 
 
 class FanModel:
-    """Calls ``tool`` ``fanout`` times at once, then answers; ``pause_s`` before answering (a slow provider)."""
+    """Calls ``tool`` ``fanout`` times at once, then answers in ``tokens`` text deltas; ``pause_s`` before answering."""
 
     model_id = "fan-stand-in"
 
-    def __init__(self, tool: str | None = None, fanout: int = 0, pause_s: float = 0.0, clocked: bool = False):
-        self.tool, self.fanout, self.pause_s, self.clocked = tool, fanout, pause_s, clocked
+    def __init__(
+        self, tool: str | None = None, fanout: int = 0, pause_s: float = 0.0, clocked: bool = False, tokens: int = 1
+    ):
+        self.tool, self.fanout, self.pause_s, self.clocked, self.tokens = tool, fanout, pause_s, clocked, tokens
 
     async def stream(self, request: ta.ModelRequest) -> AsyncIterator[ModelEvent]:
         if self.clocked:
@@ -62,21 +64,22 @@ class FanModel:
                 yield ToolCallDelta(index, f"call-{uuid.uuid4().hex[:12]}", self.tool, '{"input": "go"}')
             yield FinishEvent("tool_calls", USAGE)
         else:
-            yield TextDelta("done.")
+            for _ in range(self.tokens):
+                yield TextDelta("word ")
             yield FinishEvent("stop", USAGE)
 
 
 class QuickChild(ta.Think):
     """In the shared hosts on Ray: a child per turn starts no process, so the turn's cost is the turn's own."""
 
-    model = FanModel()
+    model = FanModel(tokens=60)
     hosting = "shared"
 
 
 class QuickLead(ta.Think):
-    """Two steps and one child: the turn whose accounting the benchmark prices."""
+    """Two steps and one child, each answer 60 tokens: the turn whose accounting the benchmark prices."""
 
-    model = FanModel("quick_child", 1)
+    model = FanModel("quick_child", 1, tokens=60)
     tools = (ta.agent_tool(QuickChild, description="Do it."),)
 
 

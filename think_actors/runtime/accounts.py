@@ -38,9 +38,11 @@ class RunAccounts:
     def __init__(self) -> None:
         self.books: dict[str, AccountBook] = {}
         self.touched: dict[str, float] = {}
+        self.calls = 0  # calls about a run so far (the benchmark's calls per turn)
 
     def open(self, state: dict[str, Any], in_flight: int, by_parent: dict[str, int]) -> None:
         """Take over a run's account from its first agent's process (a second call for the run is a no-op)."""
+        self.calls += 1
         run_id = state["runId"]
         if run_id not in self.books:
             book = AccountBook.from_state(state)
@@ -54,9 +56,14 @@ class RunAccounts:
     def has(self, run_id: str) -> bool:
         return run_id in self.books
 
+    def counted(self) -> int:
+        """How many calls about a run this actor has answered."""
+        return self.calls
+
     def _book(self, run_id: str) -> AccountBook | None:
         """The run's book; None for a run this actor does not keep (it restarted empty): its agents go on unchecked
         rather than fail."""
+        self.calls += 1
         book = self.books.get(run_id)
         if book is not None:
             self._touch(run_id)
@@ -116,11 +123,29 @@ class RunAccounts:
         return book.usage if book is not None else RunUsage()
 
     def close(self, run_id: str) -> None:
+        self.calls += 1
         self.books.pop(run_id, None)
         self.touched.pop(run_id, None)
 
 
+_handles: dict[str, Any] = {}  # this process's handle to the accounts actor, by namespace (a lookup costs the GCS)
+
+
 def _accounts(config: RuntimeConfig) -> Any:
+    handle = _handles.get(config.namespace)
+    if handle is None:
+        handle = _handles[config.namespace] = _start(config)
+    return handle
+
+
+def _named(namespace: str) -> Any:
+    handle = _handles.get(namespace)
+    if handle is None:
+        handle = _handles[namespace] = ray.get_actor(ACCOUNTS_NAME, namespace=namespace)
+    return handle
+
+
+def _start(config: RuntimeConfig) -> Any:
     remote: Any = RunAccounts
     return remote.options(
         name=ACCOUNTS_NAME,
@@ -145,7 +170,7 @@ class RemoteAccount(RunAccount):
     @property
     def actor(self) -> Any:
         if self._actor is None:  # crossed to another process: by name (an actor handle does not pickle plainly)
-            self._actor = ray.get_actor(ACCOUNTS_NAME, namespace=self.namespace)
+            self._actor = _named(self.namespace)
         return self._actor
 
     def __reduce__(self) -> Any:
@@ -207,7 +232,7 @@ async def share_account(ticket: RunTicket, config: RuntimeConfig) -> RunAccount:
 async def find_account(run_id: str, config: RuntimeConfig) -> RunAccount | None:
     """The accounts actor's account of ``run_id``, if it keeps one."""
     try:
-        actor = ray.get_actor(ACCOUNTS_NAME, namespace=config.namespace)
+        actor = _named(config.namespace)
     except ValueError:
         return None
     if not await _call(actor.has.remote(run_id)):

@@ -14,6 +14,7 @@ import tree_agents
 from tree_agents import STEP_COST, STEP_TOKENS, CappedWideLead, Crowd, Lead, SlowLead, WideLead
 
 import think_actors as ta
+from think_actors import delegation
 from think_actors.limits import AccountBook
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
@@ -240,3 +241,38 @@ async def test_a_childs_deadline_is_the_sooner_of_its_own_and_its_runs() -> None
     assert result.status == "completed"  # the researcher answered without its fetcher
     fetchers = [status for path, status, _ in tree_agents.LOCAL_METER.ended if "hasty-fetcher/" in path]
     assert fetchers == ["error"]
+
+
+class Ledger:
+    def record(self, entry: str, run_context: dict[str, Any] | None = None) -> str:
+        """Record an entry."""
+        return entry
+
+
+async def test_an_actor_tools_method_with_run_context_gets_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[dict[str, Any]] = []
+
+    async def call(target: Any, method: str, kwargs: dict[str, Any], namespace: str | None) -> Any:
+        calls.append(kwargs)
+        return "recorded"
+
+    monkeypatch.setattr(delegation, "_actor_calls", call)
+    tool = ta.actor_tool("ledger", "record", actor_class=Ledger)
+    assert tool.input_schema["properties"] == {"entry": {"type": "string"}}  # the model never sees it
+    model = ScriptedModel([tool_call("record", {"entry": "a"}), text("done"), tool_call("record", {"entry": "b"})])
+    model.extend([text("done")])
+    agent = ta.Think("l1", model=model, tools=[tool], store=ta.MemoryStore())
+    result = await agent.save_messages("record a", limits=ta.RunLimits(timeout_s=30))
+    context = calls[0]["run_context"]
+    assert (context["runId"], context["depth"]) == (result.request_id, 0) and 0 < context["remainingS"] <= 30
+    await agent.save_messages("record b")  # no limits: an empty context
+    assert calls[1] == {"entry": "b", "run_context": {}}
+
+
+async def test_a_tool_with_run_context_gets_the_run_in_process() -> None:
+    agent = tree_agents.Stamper("s1", store=ta.MemoryStore())
+    result = await agent.save_messages("stamp it", limits=ta.RunLimits(timeout_s=30))
+    [part] = [p for m in agent.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert part.input == {"input": "look it up"}  # run_context is not in the schema: the model never sees it
+    assert (part.output["run"]["runId"], part.output["run"]["depth"]) == (result.request_id, 0)
+    assert 0 < part.output["run"]["remainingS"] <= 30

@@ -209,3 +209,16 @@ class CrashingResearcher(Metered):
 class CrashLead(Metered):
     model = TreeModel("crashing_researcher", 1)
     tools = (ta.agent_tool(CrashingResearcher, description="Research a question."),)
+
+
+@ta.tool(num_cpus=0.1)
+def stamp(input: str, run_context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Stamp it (on Ray: a task of its own), with the run it was called in."""
+    return {"input": input, "run": run_context}
+
+
+class Stamper(Metered):
+    """Calls its task tool, then answers."""
+
+    model = TreeModel("stamp", 1)
+    tools = (stamp,)

@@ -21,7 +21,7 @@ from .errors import AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
 from .limits import RunLimits, RunTicket, RunUsage, child_refusal
 from .messages import UIMessage
-from .tools import Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
+from .tools import RUN_CONTEXT, Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
 __all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool", "use_actor_calls"]
 
@@ -29,6 +29,7 @@ ActorCall = Callable[[Any, str, dict[str, Any], str | None], Awaitable[Any]]
 """``(actor handle or name, method, kwargs, namespace) -> result``: one awaited actor method call."""
 
 _TRACE_CONTEXT = "trace_context"  # an actor tool's method with a parameter of this name gets the W3C trace context
+_RUN_CONTEXT = RUN_CONTEXT  # ... and one of this name, the run it is called in (RunLimits)
 
 # How an agent outside any actor calls actor methods: set by the Ray runtime when it loads (this module is below it).
 _actor_calls: ActorCall | None = None
@@ -342,6 +343,11 @@ def actor_tool(
     Spans the actor makes under it are children of the ``execute_tool`` span: with your own OpenTelemetry set-up,
     ``tracer.start_as_current_span(name, context=opentelemetry.propagate.extract(trace_context))``; where
     ``think_actors.tracing`` is on, ``ta.tracing.adopt(trace_context)``.
+
+    A method with a parameter named ``run_context`` gets the run the call belongs to (``RunLimits``), as
+    ``{"runId": ..., "depth": ..., "remainingS": ...}`` (``remainingS``: seconds before the run's deadline, or
+    None), or ``{}`` for a turn without limits; the model never sees it. The turn stops waiting for the method at
+    the run's deadline.
     """
     parameters: list[inspect.Parameter] | None = None
     doc: str | None = None
@@ -363,13 +369,16 @@ def actor_tool(
         raise ConfigurationError("actor_tool with an actor name needs actor_class= to read the method's signature")
     tool_name = name or method
     traced = any(p.name == _TRACE_CONTEXT for p in parameters)
-    validator, _ = input_validator(tool_name, [p for p in parameters if p.name != _TRACE_CONTEXT])
+    in_run = any(p.name == _RUN_CONTEXT for p in parameters)
+    validator, _ = input_validator(tool_name, [p for p in parameters if p.name not in (_TRACE_CONTEXT, _RUN_CONTEXT)])
     described, _ = _parse_docstring(doc)
 
     async def execute(value: Any, context: ToolContext) -> Any:
         kwargs = value.model_dump() if isinstance(value, BaseModel) else dict(value)
         if traced:
             kwargs[_TRACE_CONTEXT] = tracing.carrier() or {}  # this call's execute_tool span
+        if in_run:
+            kwargs[_RUN_CONTEXT] = context.run.facts() if context.run is not None else {}
         runtime = context.agent._engine.runtime
         if runtime is not None:
             return await runtime.call_actor_method(target, method, kwargs, namespace)

@@ -464,6 +464,10 @@ class RunTicket:
             own_deadline=self.own_deadline,  # what remains of the parent's time bounds the child's
         )
 
+    def facts(self) -> dict[str, Any]:
+        """What a tool's ``run_context`` parameter gets: ``{"runId", "depth", "remainingS"}``."""
+        return {"runId": self.run_id, "depth": self.depth, "remainingS": self.remaining_s()}
+
     def record(self) -> dict[str, Any]:
         """What a turn's record keeps of its run (a recovered turn rebuilds the ticket from it)."""
         return {

@@ -40,6 +40,15 @@ class ToolContext:
     (``run.remaining_s()``) and what the run used so far (``await run.account.usage()``)."""
 
 
+RUN_CONTEXT = "run_context"  # a tool parameter of this name gets ``run_facts``: the model never sees it
+
+
+def run_facts(context: ToolContext) -> dict[str, Any]:
+    """What a tool's ``run_context`` parameter gets: the run of the call (``RunTicket.facts``: its id, the agent's
+    depth, the seconds before its deadline), or ``{}`` for a turn without ``RunLimits``."""
+    return context.run.facts() if context.run is not None else {}
+
+
 class ToolInputError(Exception):
     """The model's input does not match the tool's schema (reported to the model as a tool input error)."""
 
@@ -145,6 +154,8 @@ class Tool:
         self.executor = executor
         self.idempotent = idempotent
         self.streaming = fn is not None and inspect.isasyncgenfunction(fn)
+        # A function with a parameter named run_context gets the run its call belongs to (ToolContext.run's facts).
+        self.run_context = fn is not None and RUN_CONTEXT in inspect.signature(fn).parameters
         self._is_method = fn is not None and next(iter(inspect.signature(fn).parameters), "") == "self"
 
     def __repr__(self) -> str:
@@ -199,6 +210,8 @@ class Tool:
             kwargs = dict(validated)
         if self.context_param:
             kwargs[self.context_param] = context
+        if self.run_context:
+            kwargs[RUN_CONTEXT] = run_facts(context)
         if inspect.iscoroutinefunction(self.fn) or self.streaming:
             return self.fn(**kwargs)
         return asyncio.to_thread(self.fn, **kwargs)  # a sync tool must not block the agent's event loop
@@ -255,6 +268,8 @@ def input_validator(
         if param.name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         if param.name.startswith("_") and param.default is not inspect.Parameter.empty:
+            continue
+        if param.name == RUN_CONTEXT:  # filled at the call: the run it belongs to
             continue
         annotation = hints.get(param.name, param.annotation)
         if annotation is ToolContext:

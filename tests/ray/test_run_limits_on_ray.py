@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import ray
 import tree_agents
-from tree_agents import METER, STEP_TOKENS, CrashLead, Lead, Meter, SharedCrowd, SlowLead, WideLead
+from tree_agents import METER, STEP_TOKENS, CrashLead, Lead, Meter, SharedCrowd, SlowLead, Stamper, WideLead
 
 import think_actors as ta
 
@@ -114,3 +114,11 @@ async def test_a_middle_agent_that_crashes_goes_on_with_what_its_run_had_used(un
     [tool] = [p for m in await lead.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
     assert (tool.state, tool.output) == ("output-available", "done.")
     assert result.tree_usage.agents == 1
+
+
+async def test_a_task_tool_with_run_context_gets_the_run_in_its_task(unique: str, meter: Any) -> None:
+    agent = await ta.spawn(Stamper, unique)
+    result = await agent.save_messages("stamp it", limits=ta.RunLimits(timeout_s=30))
+    [part] = [p for m in await agent.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
+    assert (part.output["run"]["runId"], part.output["run"]["depth"]) == (result.request_id, 0)
+    assert 0 < part.output["run"]["remainingS"] <= 30

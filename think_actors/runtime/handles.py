@@ -32,7 +32,7 @@ from ..observability import Event
 from ..schedule import TaskInfo
 from ..store import MessageHit
 from ..submissions import Submission
-from ..tools import ClientToolSchema, Tool, ToolContext
+from ..tools import RUN_CONTEXT, ClientToolSchema, Tool, ToolContext, run_facts
 from . import accounts
 from .calls import _call, _hibernated, _restarting, _until_restarted, _unwrap, call_actor_method
 from .config import RuntimeConfig, _require_config
@@ -523,11 +523,22 @@ class _ActorRuntime:
                 "without a ToolContext parameter"
             )
         kwargs = {k: getattr(value, k) for k in type(value).model_fields} if hasattr(value, "model_fields") else value
+        if tool.run_context:
+            kwargs = {**kwargs, RUN_CONTEXT: run_facts(context)}
         remote = self._task_functions.get(id(tool))
         if remote is None:
             remote = self._task_functions[id(tool)] = ray.remote(_run_tool_task).options(**tool.remote or {})
         trace = tracing.carrier()  # the task's span is a child of the tool call's, in the task's process
-        return _call(remote.remote(fn, kwargs, trace, self.config.tracing if trace else None))
+        return _until_done(remote.remote(fn, kwargs, trace, self.config.tracing if trace else None))
+
+
+async def _until_done(ref: Any) -> Any:
+    """A task tool's result; a turn that stops waiting for it (aborted, its run's deadline) cancels the task."""
+    try:
+        return await _call(ref)
+    except asyncio.CancelledError:
+        ray.cancel(ref)
+        raise
 
 
 def _run_tool_task(

@@ -190,6 +190,8 @@ def test_limits_are_validated_with_a_clear_error() -> None:
         ta.RunLimits(max_total_tokens=0)
     with pytest.raises(ValueError, match="extra"):
         ta.RunLimits.model_validate({"max_tokens": 5})
+    with pytest.raises(ta.ConfigurationError, match=r"max_tokens: Extra inputs.*The fields are max_input_tokens"):
+        ta.RunLimits.of({"max_tokens": 5})  # what limits={...} does: the message names the fields
     with pytest.raises(ta.ConfigurationError, match="RunLimits"):
         ta.RunLimits.of(5)
 
@@ -276,3 +278,12 @@ async def test_a_tool_with_run_context_gets_the_run_in_process() -> None:
     assert part.input == {"input": "look it up"}  # run_context is not in the schema: the model never sees it
     assert (part.output["run"]["runId"], part.output["run"]["depth"]) == (result.request_id, 0)
     assert 0 < part.output["run"]["remainingS"] <= 30
+
+
+async def test_run_context_needs_no_annotation() -> None:
+    @ta.tool
+    def label(input: str, run_context=None) -> str:  # type: ignore[no-untyped-def]
+        """Label it."""
+        return f"{input} in {run_context}"
+
+    assert label.input_schema["properties"] == {"input": {"type": "string"}}

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigurationError, RunLimitError
 
@@ -90,7 +90,14 @@ class RunLimits(BaseModel):
         if value is None or isinstance(value, RunLimits):
             return value
         if isinstance(value, dict):
-            return cls.model_validate(value)
+            try:
+                return cls.model_validate(value)
+            except ValidationError as err:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'limits'}: {e['msg']}" for e in err.errors())
+                raise ConfigurationError(
+                    f"limits: {problems}. The fields are {', '.join(cls.model_fields)}; leave one out (or None) "
+                    "for no limit"
+                ) from None
         raise ConfigurationError(
             f"limits takes ta.RunLimits(...) or a dict of its fields (max_total_tokens=..., timeout_s=...), "
             f"not {type(value).__name__}"

@@ -324,6 +324,8 @@ def _check_annotated(fn: Callable[..., Any], tool_name: str) -> None:
             continue
         if param.name.startswith("_") and param.default is not inspect.Parameter.empty:
             continue  # left out of the schema
+        if param.name == RUN_CONTEXT:
+            continue  # filled at the call, never in the schema: it needs no type
         if param.annotation is inspect.Parameter.empty:
             raise ConfigurationError(
                 f"tool {tool_name!r}: parameter {param.name!r} has no type annotation; annotate it (e.g. "

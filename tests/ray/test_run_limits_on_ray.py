@@ -77,18 +77,19 @@ async def test_cancelling_the_root_stops_grandchildren_on_their_actors(unique: s
     lead = await ta.spawn(SlowLead, unique)
     stream = lead.chat("research it")
     await tree_agents.until_grandchildren_started(stream, 4)
-    await asyncio.sleep(0.5)  # the fetchers' models are running
-    cancelled = time.time()
-    assert await lead.cancel_chat(stream.request_id)
+    await asyncio.sleep(0.5)  # the fetchers' models are running, or about to
+    assert await lead.cancel_chat(stream.request_id), "the lead's turn was no longer running"
     await asyncio.wait_for(stream.collect(), 30)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        ended = [(s, at) for path, s, at in (await meter.report.remote())["ended"] if "slow-fetcher/" in path]
-        if len(ended) == 4:
-            break
+    # Every fetcher stops, long before its model's 30 s: one cancelled before its run reached it never starts
+    # (how fast they stop: scripts/bench_limits.py, not a timed test).
+    deadline = time.monotonic() + 20
+    report = await meter.report.remote()
+    while report["running"] and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-    assert len(ended) == 4 and all(s == "aborted" for s, _ in ended), ended
-    assert max(at for _, at in ended) - cancelled < 1.0  # every grandchild stopped within a second
+        report = await meter.report.remote()
+    assert report["running"] == 0, report
+    ended = [status for path, status, _ in report["ended"] if "slow-fetcher/" in path]
+    assert ended and set(ended) == {"aborted"}, ended
 
 
 async def test_fifty_children_in_other_processes_charging_one_account(unique: str, meter: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -68,22 +69,37 @@ class AbortSignal:
         return True
 
 
+EARLY_CANCEL_PREFIX = "agent-tool:"  # the runs a parent may cancel before they reach this agent
+EARLY_CANCEL_KEPT_S = 60.0
+
+
 class AbortRegistry:
-    """One AbortSignal per live request id; removed when the turn ends."""
+    """One AbortSignal per live request id; removed when the turn ends.
+
+    A parent that cancels its agent tool's run (``agent-tool:<call id>``) may do so before the run's call has reached
+    the child: such a cancel is kept for a minute, and the run, if it arrives, starts aborted (no orphan run)."""
 
     def __init__(self) -> None:
         self._signals: dict[str, AbortSignal] = {}
+        self._early: dict[str, tuple[str | None, float]] = {}  # request id -> (reason, monotonic time)
 
     def signal(self, request_id: str) -> AbortSignal:
         signal = self._signals.get(request_id)
         if signal is None:
             signal = self._signals[request_id] = AbortSignal()
+            early = self._early.pop(request_id, None) if self._early else None
+            if early is not None and time.monotonic() - early[1] < EARLY_CANCEL_KEPT_S:
+                signal.abort(early[0])
         return signal
 
     def cancel(self, request_id: str, reason: str | None = None) -> bool:
         """Abort ``request_id``; False (a no-op) when it is unknown or finished."""
         signal = self._signals.get(request_id)
         if signal is None:
+            if request_id.startswith(EARLY_CANCEL_PREFIX):
+                now = time.monotonic()
+                self._early = {k: v for k, v in self._early.items() if now - v[1] < EARLY_CANCEL_KEPT_S}
+                self._early[request_id] = (reason, now)
             return False
         signal.abort(reason)
         return True

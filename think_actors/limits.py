@@ -3,8 +3,8 @@
 A *run* is a turn started with ``RunLimits`` (``chat(..., limits=...)``, ``save_messages``, ``submit_messages``, or
 the class attribute ``run_limits``) together with every turn it causes below it: agent tools, their own agent tools,
 on any node. The run's ``RunAccount`` adds up what they use. Every model request and every tool call asks it first
-(``admit_request``, ``admit_tool_calls``); every step's tokens and cost are charged to it when the step ends
-(``charge``); every child agent is admitted by it (``start_child``). ``AccountBook`` is the arithmetic, the same
+(``admit_request``); every step's tokens and cost are charged to it, and its tool calls admitted, when the step
+ends (``settle``); every child agent is admitted by it (``start_child``). ``AccountBook`` is the arithmetic, the same
 wherever the account lives: in the root agent's process (``LocalAccount``) until the run crosses into another process,
 then in the cluster's accounts actor (``think_actors.runtime.accounts``), which ``LocalAccount.share`` moves it to.
 
@@ -303,19 +303,11 @@ class AccountBook:
 
     def state(self) -> dict[str, Any]:
         """What survives a restart of the agent that holds the account (kept in its store)."""
-        counts = self._counts
         return {
             "runId": self.run_id,
             "limits": self._limits_state,
             "startedAt": self.started_at,
-            "usage": {
-                "requests": counts.requests,
-                "toolCalls": counts.tool_calls,
-                "inputTokens": counts.input_tokens,
-                "outputTokens": counts.output_tokens,
-                "costUsd": counts.cost_usd,
-                "agents": counts.agents,
-            },
+            "usage": self.usage.as_dict(),
         }
 
     @classmethod
@@ -336,9 +328,6 @@ class RunAccount:
         raise NotImplementedError
 
     async def admit_tool_calls(self, count: int) -> None:
-        raise NotImplementedError
-
-    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         raise NotImplementedError
 
     async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
@@ -384,13 +373,6 @@ class LocalAccount(RunAccount):
         if self.shared is not None:
             return await self.shared.admit_tool_calls(count)
         self.book.admit_tool_calls(count)
-
-    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
-        if self.shared is not None:
-            return await self.shared.charge(input_tokens, output_tokens, cost_usd)
-        self.book.charge(input_tokens, output_tokens, cost_usd)
-        if self.saved is not None:
-            await self.saved(self.book.state())
 
     async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
         if self.shared is not None:

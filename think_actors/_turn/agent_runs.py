@@ -85,10 +85,12 @@ async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output:
             engine.agent_runs.pop(run_id, None)
 
 
-def _result(run_id: str, outcome: Any, error: str | None, structured: bool) -> AgentRunResult:
+def _result(run_id: str, outcome: Any, error: str | None, structured: bool, message: Any = None) -> AgentRunResult:
+    """How a run ended; ``message`` is its whole reply when it is not ``outcome.message`` (a recovered run's)."""
     if outcome is None:
         return AgentRunResult(run_id=run_id, status="error", error=error or "the run did not start")
-    summary = outcome.message.text if outcome.message is not None else ""
+    message = message if message is not None else outcome.message
+    summary = message.text if message is not None else ""
     usage = outcome.tree_usage
     if outcome.status == "skipped":
         return AgentRunResult(
@@ -108,20 +110,7 @@ async def record_recovered(engine: Engine, run_id: str, record: Any, outcome: An
     re-issues the run after the restart gets this result, never a second run. Its summary is the whole reply the
     run's caller saw (the partial reply and the continuation together)."""
     reply = reply_after(engine.messages, record.input_ids[-1]) if record.input_ids else None
-    message = reply if reply is not None else outcome.message
-    result = _result(run_id, _Recovered(outcome, message), None, structured)
-    await _store(engine, result)
-
-
-@dataclass(slots=True)
-class _Recovered:
-    """A recovered turn's outcome, with the whole reply as its message."""
-
-    outcome: Any
-    message: Any
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.outcome, name)
+    await _store(engine, _result(run_id, outcome, None, structured, reply))
 
 
 async def _store(engine: Engine, result: AgentRunResult) -> None:

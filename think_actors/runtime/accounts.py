@@ -90,11 +90,6 @@ class RunAccounts:
             return err
         return None
 
-    def charge(self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
-        book = self._book(run_id)
-        if book is not None:
-            book.charge(input_tokens, output_tokens, cost_usd)
-
     def settle(
         self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int
     ) -> RunLimitError | None:
@@ -185,9 +180,6 @@ class RemoteAccount(RunAccount):
         refused = await _call(self.actor.admit_tool_calls.remote(self.run_id, count))
         if refused is not None:
             raise refused
-
-    async def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
-        await _call(self.actor.charge.remote(self.run_id, input_tokens, output_tokens, cost_usd))
 
     async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
         refused = await _call(self.actor.settle.remote(self.run_id, input_tokens, output_tokens, cost_usd, tool_calls))

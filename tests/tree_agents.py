@@ -52,8 +52,9 @@ class Meter:
 LOCAL_METER = Meter()
 
 
-async def _meter(method: str, *args: Any) -> None:
-    """Call the meter: the named actor when this process is a Ray worker of the tests, else the module's."""
+def _meter_now(method: str, *args: Any) -> Any:
+    """Tell the meter, without waiting (nothing can cancel it half-way): the named actor when this process is a
+    Ray worker of the tests (one caller's calls reach it in order), else the module's. The actor call, or None."""
     import ray
 
     if ray.is_initialized():
@@ -62,9 +63,16 @@ async def _meter(method: str, *args: Any) -> None:
         except ValueError:
             actor = None
         if actor is not None:
-            await getattr(actor, method).remote(*args)
-            return
+            return getattr(actor, method).remote(*args)
     getattr(LOCAL_METER, method)(*args)
+    return None
+
+
+async def _meter(method: str, *args: Any) -> None:
+    """Tell the meter and wait until it has counted it."""
+    call = _meter_now(method, *args)
+    if call is not None:
+        await call
 
 
 async def until_grandchildren_started(stream: Any, count: int) -> None:
@@ -89,7 +97,7 @@ class TreeModel:
 
     async def stream(self, request: ta.ModelRequest) -> AsyncIterator[ModelEvent]:
         if self.metered:
-            await _meter("enter")
+            _meter_now("enter")  # counted with the leave below whatever cancels the stream in between
         try:
             if self.pause_s:
                 await asyncio.sleep(self.pause_s)
@@ -102,7 +110,7 @@ class TreeModel:
                 yield FinishEvent("stop", STEP_USAGE, cost_usd=STEP_COST)
         finally:
             if self.metered:
-                await _meter("leave")
+                _meter_now("leave")
 
 
 class Metered(ta.Think):

@@ -89,6 +89,9 @@ async def test_cancelling_the_root_stops_grandchildren_on_their_actors(unique: s
         report = await meter.report.remote()
     assert report["running"] == 0, report
     ended = [status for path, status, _ in report["ended"] if "slow-fetcher/" in path]
+    while not ended and time.monotonic() < deadline:  # a fetcher's turn ends just after its model stops
+        await asyncio.sleep(0.1)
+        ended = [status for path, status, _ in (await meter.report.remote())["ended"] if "slow-fetcher/" in path]
     assert ended and set(ended) == {"aborted"}, ended
 
 

@@ -107,13 +107,14 @@ async def test_workers_that_ran_ray_tasks_are_not_counted_and_the_pool_refills(n
     # Task tools run in the job's worker processes, warm ones included. Done, such a process is idle again, but
     # Ray gives it to tasks only: it is no warm process for a wake, nor one still starting (counted so, it held the
     # node's boot slots and the pool never refilled).
-    before = await _pool(namespace, lambda s: len(s["ready"]) >= 1 and not s["booting"])
+    await _pool(namespace, lambda s: len(s["ready"]) >= 1 and not s["booting"])
     # Short tasks: the pool, full and quiet, looks once a second and sees none of them run.
     await asyncio.sleep(3 * _warm.QUIET_S)
     pids = set(await asyncio.gather(*(_pid_after.remote(0.1) for _ in range(3))))
+    # (The tasks may or may not have taken the pool's process: Ray may start workers of its own for them.)
     status = await _pool(
         namespace,
-        lambda s: s["taken"] > before["taken"] and len(s["ready"]) >= 1 and not s["booting"],
+        lambda s: len(s["ready"]) >= 1 and not s["booting"] and not pids & set(s["ready"]),
         within_s=90.0,
     )
     assert not pids & set(status["ready"])

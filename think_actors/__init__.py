@@ -57,6 +57,7 @@ from .errors import (
     ThinkError,
     ToolExecutionError,
     TurnError,
+    TurnNotAuthorizedError,
 )
 from .hooks import (
     Allow,
@@ -88,6 +89,7 @@ from .hooks import (
     has_tool_call,
     step_count_is,
 )
+from .identity import Principal
 from .limits import RunLimits, RunTicket, RunUsage
 from .logs import LogContext, LogContextFilter, log_context
 from .messages import TextPart, ToolPart, UIMessage, user_message
@@ -186,6 +188,7 @@ __all__ = [
     "NestedTurnError",
     "NoMessagesError",
     "PostgresStore",
+    "Principal",
     "Proactive",
     "ProviderError",
     "RateLimitError",
@@ -243,6 +246,7 @@ __all__ = [
     "TurnConfig",
     "TurnContext",
     "TurnError",
+    "TurnNotAuthorizedError",
     "TurnOutcome",
     "TurnResult",
     "UIChunk",

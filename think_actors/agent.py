@@ -27,6 +27,7 @@ from .hooks import (
     ContextOverflowConfig,
     TurnResult,
 )
+from .identity import Principal
 from .lifecycle import LifecycleHooks
 from .limits import RunLimits, RunTicket
 from .mcp import McpManager, McpServerConfig, McpServerState
@@ -224,6 +225,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         output: Any = None,
         branch_from: str | None = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> ChatStream:
         """Start a streamed turn: ``async for chunk in agent.chat("hi")``.
 
@@ -234,7 +236,9 @@ class Think(LifecycleHooks, DurableEntryPoints):
         as a sibling of the old one under it (a new branch; the old reply stays in the tree).
         A failed turn ends the stream with an ``error`` chunk whose text ``on_chat_error`` chose.
         ``limits`` (``ta.RunLimits``) bounds the turn and every agent it starts, together (default: the class's
-        ``run_limits``); a turn that reaches one ends with ``RunLimitError``.
+        ``run_limits``); a turn that reaches one ends with ``RunLimitError``. ``principal`` (``ta.Principal``) is
+        who sends the turn: stamped on its user messages, seen by every hook (``ctx.principal``,
+        ``active_principal``), recorded on its trace span. Pass only one your server authenticated.
         """
         engine = self._engine
         TurnQueue.check_not_nested(engine, "chat")
@@ -249,6 +253,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
             client_tools=_client_tools(client_tools, on_client_tool_call),
             branch_from=branch_from,
             limits=RunLimits.of(limits),
+            principal=Principal.of(principal),
         )
         return ChatStream(engine, spec)
 
@@ -259,6 +264,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         body: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnResult:
         """Append ``messages`` (or a function of the transcript, evaluated when the turn starts) and run a turn.
 
@@ -267,7 +273,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         ``before_turn`` may still choose another with ``TurnConfig.output``. Raises NestedTurnError from inside a
         turn; a setup failure (no model, no messages, ``before_turn`` raising) raises what ``on_chat_error``
         returned; stream errors come back as ``status="error"`` with that text in ``error``. ``limits`` as in
-        ``chat``: a turn that reaches one returns ``status="error"`` and ``limit`` naming it.
+        ``chat``: a turn that reaches one returns ``status="error"`` and ``limit`` naming it; ``principal`` as in
+        ``chat``.
         """
         TurnQueue.check_not_nested(self._engine, "save_messages")
         spec = self._spec(
@@ -278,6 +285,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
             output=output,
             raise_setup_errors=True,
             limits=RunLimits.of(limits),
+            principal=Principal.of(principal),
         )
         return await self._drain(spec)
 
@@ -430,6 +438,13 @@ class Think(LifecycleHooks, DurableEntryPoints):
         """The agent's store: the one given, else the one ``store_url`` / ``$THINK_STORE`` names, else a SQLite file
         under ``data_dir``."""
         return self._engine.store
+
+    @property
+    def active_principal(self) -> Principal | None:
+        """Who sent the turn running now (``chat(..., principal=...)``, a gateway's authenticated user; for a
+        continuation or a recovery, the sender of the latest user message), else None. The same as the hooks'
+        ``ctx.principal``, for code that has no ``ctx``: a tool, ``before_tool_call``, ``on_chunk``."""
+        return self._engine.principal
 
     @property
     def session(self) -> Session | None:

@@ -12,6 +12,7 @@ from typing import Any
 from ._turn.durable import Durable
 from ._turn.engine import Engine
 from .errors import ConfigurationError
+from .identity import Principal
 from .limits import RunLimits
 from .schedule import AgentSchedules, RetryPolicy, ScheduledTask, TaskInfo, open_schedule_store, run_handler
 from .submissions import Submission
@@ -40,6 +41,7 @@ class DurableEntryPoints:
         metadata: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> Submission:
         """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
 
@@ -53,7 +55,8 @@ class DurableEntryPoints:
         so define it at the top level of a module. Raises ConfigurationError for empty input, an ``output`` that is
         neither a pydantic model class nor a dict, or an id and key naming two submissions. ``limits``
         (``RunLimits``) bounds the submission's turn and every agent it starts; it is stored with the submission, and
-        a turn that a crash interrupted goes on with what its run had left.
+        a turn that a crash interrupted goes on with what its run had left. ``principal`` (``ta.Principal``) is who
+        submits: stamped on the messages (``Submission.principal``), and the turn that runs them acts for them.
         """
         return await self._durable.submissions.submit(
             messages,
@@ -62,6 +65,7 @@ class DurableEntryPoints:
             metadata=metadata,
             output=output,
             limits=RunLimits.of(limits),
+            principal=Principal.of(principal),
         )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:

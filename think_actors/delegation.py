@@ -19,6 +19,7 @@ from ._turn.agent_runs import AgentRunResult
 from .chunks import AgentToolEventChunk
 from .errors import AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
+from .identity import Principal
 from .limits import RunLimits, RunTicket, RunUsage, child_refusal
 from .messages import UIMessage
 from .tools import RUN_CONTEXT, Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
@@ -66,9 +67,12 @@ class LocalAgentHandle:
         body: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnResult:
         """``Think.save_messages``: run a turn and wait for its ``TurnResult`` (structured with ``output``)."""
-        result: TurnResult = await self.agent.save_messages(messages, body=body, output=output, limits=limits)
+        result: TurnResult = await self.agent.save_messages(
+            messages, body=body, output=output, limits=limits, principal=principal
+        )
         return result
 
     async def continue_last_turn(self, **options: Any) -> TurnResult:
@@ -106,6 +110,7 @@ class LocalAgentHandle:
         metadata: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> Any:
         """``Think.submit_messages``: the ``Submission``, once committed."""
         return await self.agent.submit_messages(
@@ -115,6 +120,7 @@ class LocalAgentHandle:
             metadata=metadata,
             output=output,
             limits=limits,
+            principal=principal,
         )
 
     async def inspect_submission(self, submission_id: str) -> Any:

@@ -8,7 +8,8 @@ never a provider SDK type::
     │   └── InvalidAgentNameError   a name that could escape its directory or key space
     ├── TurnError                   a turn could not start or run; stage, messages_persisted
     │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
-    │   └── NoMessagesError         nothing to send to the model
+    │   ├── NoMessagesError         nothing to send to the model
+    │   └── TurnNotAuthorizedError  ``authorize_turn`` refused the turn; principal_id
     ├── ModelError                  the model provider failed; provider, status_code, response_body, in_stream,
     │   │                           retry_after_s
     │   ├── ContextOverflowError    the prompt does not fit the model's context window
@@ -59,6 +60,7 @@ __all__ = [
     "ThinkError",
     "ToolExecutionError",
     "TurnError",
+    "TurnNotAuthorizedError",
 ]
 
 
@@ -120,6 +122,12 @@ class NestedTurnError(TurnError):
 
 class NoMessagesError(TurnError):
     """The transcript left nothing to send to the model."""
+
+
+class TurnNotAuthorizedError(TurnError):
+    """``authorize_turn`` refused the turn before its first model request (``principal_id``: who sent it)."""
+
+    _fields = (*TurnError._fields, "principal_id")
 
 
 class RunLimitError(TurnError):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .identity import Principal
 from .limits import RunUsage
 from .messages import FilePart, SourceUrlPart, UIMessage
 from .models import ModelClient, ModelEvent, ModelRequest, Usage
@@ -136,7 +137,8 @@ class TurnContext:
     """What ``before_turn`` sees: the turn as assembled, before any override.
 
     ``messages`` are the OpenAI-format messages the model will get (repaired, truncated, converted);
-    ``tools`` are the merged tools by name; ``body`` is the caller's custom body, if any.
+    ``tools`` are the merged tools by name; ``body`` is the caller's custom body, if any; ``principal`` who sent
+    the turn, as the server authenticated them (a gateway's user, or ``chat(..., principal=...)``), else None.
     """
 
     request_id: str
@@ -147,6 +149,7 @@ class TurnContext:
     continuation: bool
     body: dict[str, Any] | None = None
     trigger: str = "programmatic"
+    principal: Principal | None = None
 
 
 StreamTransform = Callable[[AsyncIterator[ModelEvent]], AsyncIterator[ModelEvent]]
@@ -338,7 +341,8 @@ ToolCallDecision = Allow | Block | Substitute
 class ChatResponseResult:
     """A finished turn: the assistant message (possibly with no parts) and how the turn ended. ``usage`` and
     ``cost_usd`` are this agent's own model requests; ``tree_usage`` adds every agent the turn started (the whole
-    run, for the run's first turn); ``limit`` names the ``RunLimits`` field that ended the turn, when one did."""
+    run, for the run's first turn); ``limit`` names the ``RunLimits`` field that ended the turn, when one did;
+    ``principal`` who sent the turn (``TurnContext.principal``)."""
 
     request_id: str
     message: UIMessage
@@ -349,6 +353,7 @@ class ChatResponseResult:
     cost_usd: float | None = None
     tree_usage: RunUsage = field(default_factory=RunUsage)
     limit: str | None = None
+    principal: Principal | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -52,6 +52,17 @@ class LifecycleHooks:
         """
         return None
 
+    async def authorize_turn(self, ctx: TurnContext) -> bool | str | None:
+        """Decide whether the turn may run, after ``before_turn`` and before its first model request. Turn lock
+        held; once per turn, every entry point (recoveries and continuations included).
+
+        ``ctx.principal`` is who sent the turn (None when nobody said). Return None or True to go on; False or a
+        reason (str) to refuse: the turn ends with ``TurnNotAuthorizedError`` (stage ``turn``) through
+        ``on_chat_error``, without a model request; its input stays stored. Raising fails the turn the same way
+        with your error.
+        """
+        return None
+
     async def before_step(self, ctx: StepContext) -> StepConfig | None:
         """Change one step before its model request. Turn lock held; once per step.
 

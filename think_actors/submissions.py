@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .identity import Principal
 from .messages import UIMessage
 from .store.records import SubmissionRecord
+from .turn_metadata import latest_principal
 
 __all__ = ["Submission"]
 
@@ -41,6 +43,7 @@ class Submission:
     message_ids: tuple[str, ...] = ()
     output: Any = None
     message: UIMessage | None = None
+    principal: Principal | None = None
 
     @property
     def text(self) -> str:
@@ -66,4 +69,5 @@ class Submission:
             started_at=record.started_at,
             completed_at=record.completed_at,
             message_ids=tuple(m.id for m in record.messages),
+            principal=latest_principal(record.messages),
         )

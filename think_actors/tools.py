@@ -19,6 +19,7 @@ from typing import Any, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from .errors import ConfigurationError
+from .identity import Principal
 from .limits import RunTicket
 
 __all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "class_tools", "tool"]
@@ -38,6 +39,8 @@ class ToolContext:
     run: RunTicket | None = None
     """The run this turn belongs to, when it has ``RunLimits``: its id, this agent's depth, the time left
     (``run.remaining_s()``) and what the run used so far (``await run.account.usage()``)."""
+    principal: Principal | None = None
+    """Who sent the turn (``Think.active_principal``): check it before acting for them."""
 
 
 RUN_CONTEXT = "run_context"  # a tool parameter of this name gets ``run_facts``: the model never sees it

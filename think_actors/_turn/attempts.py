@@ -375,6 +375,7 @@ async def _stream(
             cost_usd=run.cost_usd,
             tree_usage=spec.stats.tree_usage(),
             limit=outcome.limit,
+            principal=spec.principal,
         )
     if external_cancel:
         raise asyncio.CancelledError

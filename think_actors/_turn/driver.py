@@ -23,6 +23,7 @@ from typing import Any
 from .. import logs, tracing
 from ..errors import StoreFencedError
 from ..messages import UIMessage, new_id
+from ..turn_metadata import latest_principal, stamp_principal
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
 from .budget import open_run
@@ -64,6 +65,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
         try:
             async with engine.queue.slot(engine, spec.request_id):
                 admitted = True
+                engine.principal = spec.principal  # a recovery's, from its record; a new turn's is set with its input
                 # Chunks emitted after an earlier turn's stream ended belong to no stream.
                 engine.take_emitted()
                 await engine.ensure_started()  # chat() streams come here without a blocking entry point's start
@@ -85,6 +87,8 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
                     await _compact_between_turns(engine, spec.request_id)
         finally:
             engine.aborts.remove(spec.request_id, spec.signal)
+            if admitted:
+                engine.principal = None
     except _SetupFailed as failed:
         raise failed.raised from None
     except StoreFencedError:
@@ -121,6 +125,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
             classification=outcome.classification,
             stats=spec.stats,
             limit=outcome.limit,
+            principal=spec.principal,
         )
         logs.restore(log_context)
 
@@ -171,7 +176,14 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.should_apply is not None and not await spec.should_apply():
             outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
             return
+    if spec.principal is not None:
+        messages = [stamp_principal(m, spec.principal) for m in messages]
+    else:  # stamped by the server before (a submission's input; for a continuation, the conversation's)
+        spec.principal = latest_principal(messages or engine.messages)
     data: dict[str, Any] = {"body": spec.body} if spec.body else {}
+    if spec.principal is not None:  # a recovered turn acts for the same principal
+        data["principal"] = spec.principal.stamp()
+    engine.principal = spec.principal
     ticket = open_run(engine, spec)
     if ticket is not None:  # a recovered turn goes on in the same run, with what it has used
         data["run"] = ticket.record()

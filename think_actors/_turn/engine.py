@@ -20,6 +20,7 @@ from ..chunks import ToolUpdate, parse_chunk
 from ..compaction import create_compact_function, estimate_tokens
 from ..errors import ConfigurationError, ThinkError, TurnError
 from ..hooks import ChatErrorContext, ChatResponseResult
+from ..identity import Principal
 from ..messages import UIMessage, WireModel
 from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
 from ..observability import Observers
@@ -83,6 +84,7 @@ class Engine:
         self._interactions: InteractionsPort | None = None
         self._start_lock = asyncio.Lock()
         self.journal: Any = None  # the TurnJournal of the turn holding the slot, if it keeps one (``durable``)
+        self.principal: Principal | None = None  # who sent the turn holding the slot (``Think.active_principal``)
 
     def attach(self, *, submissions: SubmissionsPort, recovery: RecoveryPort, interactions: InteractionsPort) -> None:
         """Hand the engine the durable features built on it (they run turns through the driver, above this module)."""

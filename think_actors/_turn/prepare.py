@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from ..errors import (
     ConfigurationError,
     NoMessagesError,
+    TurnNotAuthorizedError,
 )
 from ..hooks import ChatErrorStage, TurnConfig, TurnContext
 from ..messages import ToolPart
@@ -73,11 +74,23 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         continuation=spec.continuation,
         body=spec.body,
         trigger=spec.trigger,
+        principal=spec.principal,
     )
     cfg = await agent.before_turn(ctx) or TurnConfig()
     if not isinstance(cfg, TurnConfig):
         raise ConfigurationError(
             f"before_turn must return a TurnConfig or None, not {type(cfg).__name__}", request_id=spec.request_id
+        )
+    verdict = await agent.authorize_turn(ctx)
+    if verdict is False or isinstance(verdict, str):
+        who = spec.principal.id if spec.principal is not None else None
+        reason = verdict if isinstance(verdict, str) and verdict else "authorize_turn returned False"
+        raise TurnNotAuthorizedError(
+            f"the turn was not authorized{f' for {who!r}' if who else ''}: {reason}",
+            request_id=spec.request_id,
+            stage="turn",
+            messages_persisted=True,
+            principal_id=who,
         )
     if cfg.model is None and model is None:
         raise ConfigurationError(

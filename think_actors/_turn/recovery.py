@@ -31,6 +31,7 @@ from ..hooks import (
     Substitute,
     ToolReconcileContext,
 )
+from ..identity import Principal
 from ..messages import SETTLED_STATES, ReasoningPart, StepStartPart, TextPart, ToolPart, UIMessage, new_id
 from ..store.records import TurnRecord
 from ..tools import _jsonable
@@ -126,6 +127,7 @@ class Recovery:
             recover=record,
             recover_body=recover_turn,
             on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
+            principal=Principal.from_stamp(record.data.get("principal")),
         )
         try:
             spec.run = await reopen_run(engine, record.data)

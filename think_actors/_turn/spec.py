@@ -12,6 +12,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..hooks import ChatResponseResult
+from ..identity import Principal
 from ..limits import RunLimits, RunTicket, RunUsage
 from ..messages import UIMessage, user_message
 from ..models import Usage
@@ -72,6 +73,8 @@ class TurnSpec:
     resumed: bool = False  # handed to recovery (a stalled stream, a dead model server), which finishes it
     limits: RunLimits | None = None  # a run starts here with these (unless ``run`` says it belongs to one)
     run: RunTicket | None = None  # the run this turn belongs to (set when the turn starts, or by a parent)
+    # Who sent the turn (set by the server, never by a client): stamped on its user messages, seen by every hook.
+    principal: Principal | None = None
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
     stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish

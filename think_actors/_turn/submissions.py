@@ -25,12 +25,14 @@ from pydantic import BaseModel
 
 from .. import tracing
 from ..errors import ConfigurationError
+from ..identity import Principal
 from ..limits import RunLimits
 from ..messages import new_id
 from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
 from ..tools import _jsonable
+from ..turn_metadata import stamp_principal
 from .convert import reply_after
 from .driver import TurnSpec, normalize_input, turn_stream
 from .engine import Engine
@@ -63,10 +65,13 @@ class Submissions:
         metadata: dict[str, Any] | None,
         output: Any = None,
         limits: RunLimits | None = None,
+        principal: Principal | None = None,
     ) -> Submission:
         if callable(messages):
             raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
         items = normalize_input(messages)
+        if principal is not None:  # who submitted: the turn that runs them acts for them
+            items = [stamp_principal(m, principal) for m in items]
         if not items:
             raise ConfigurationError("submit_messages needs at least one message; nothing was stored")
         for name, value in (("submission_id", submission_id), ("idempotency_key", idempotency_key)):

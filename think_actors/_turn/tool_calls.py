@@ -180,6 +180,7 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
                 messages=run.messages,
                 emit=emit,
                 run=run.ticket,
+                principal=run.engine.principal,
             )
             # The effect ledger: "started" is durable before the tool can have any effect.
             effect, recorded = await effect_started(

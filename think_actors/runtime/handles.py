@@ -25,6 +25,7 @@ from ..errors import (
     ConfigurationError,
 )
 from ..hooks import TurnResult
+from ..identity import Principal
 from ..limits import RunAccount, RunLimits, RunTicket
 from ..mcp import McpServerConfig, McpServerState
 from ..messages import UIMessage, new_id
@@ -194,6 +195,7 @@ class AgentHandle:
         on_client_tool_call: Callable[..., Any] | None = None,
         branch_from: str | None = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> RemoteStream:
         """Stream a turn of the agent: ``async for chunk in handle.chat("hi")`` (chunks cross in batches and are
         unbatched here). The stream's ``request_id``, ``status``, ``outcome`` and ``collect()`` are those of
@@ -208,6 +210,7 @@ class AgentHandle:
             "output": output,
             "branch_from": branch_from,
             "limits": RunLimits.of(limits),  # checked here: a bad field fails in the caller, before any call
+            "principal": Principal.of(principal),
         }
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
@@ -273,12 +276,20 @@ class AgentHandle:
         body: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> TurnResult:
         """``Think.save_messages`` on the actor: run a turn and wait for its ``TurnResult``. ``output`` (a pydantic
         model class, pickled to the actor: define it at the top level of a module) gives ``TurnResult.output``
         as an instance of it; ``limits`` bounds the turn and every agent it starts."""
         result: TurnResult = await self._invoke(
-            "save_messages", messages, body, chain.CHAIN.get(), tracing.carrier(), output, RunLimits.of(limits)
+            "save_messages",
+            messages,
+            body,
+            chain.CHAIN.get(),
+            tracing.carrier(),
+            output,
+            RunLimits.of(limits),
+            Principal.of(principal),
         )
         return result
 
@@ -318,6 +329,7 @@ class AgentHandle:
         metadata: dict[str, Any] | None = None,
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
+        principal: Principal | None = None,
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
         kwargs = {
@@ -326,6 +338,7 @@ class AgentHandle:
             "metadata": metadata,
             "output": output,
             "limits": RunLimits.of(limits),
+            "principal": Principal.of(principal),
         }
         # With the caller's trace context: the drain's span links to it, whenever the submission runs.
         trace = tracing.carrier()

@@ -323,9 +323,10 @@ class HostedAgent:
         trace: dict[str, str] | None = None,
         output: Any = None,
         limits: Any = None,
+        principal: Any = None,
     ) -> TurnResult:
         self._enter(caller_chain, trace)
-        return await self.agent.save_messages(messages, body=body, output=output, limits=limits)
+        return await self.agent.save_messages(messages, body=body, output=output, limits=limits, principal=principal)
 
     @_counted
     async def continue_last_turn(

@@ -30,6 +30,10 @@ OUTPUT_MESSAGES = "gen_ai.output.messages"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
 
+# Who sent a turn (OpenTelemetry's user attributes): the principal a gateway authenticated.
+USER_ID = "user.id"
+USER_ROLES = "user.roles"
+
 MODEL_ID = "think_actors.model"  # the model id as the agent gave it, litellm's prefix included
 REQUEST_ID = "think_actors.request_id"
 AGENT_PATH = "think_actors.agent.path"

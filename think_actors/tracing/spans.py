@@ -118,9 +118,14 @@ def end_turn(
     cost_usd: float | None,
     tree: Any = None,
     limit: str | None = None,
+    principal: Any = None,
 ) -> None:
     span = turn.span
     span.set_attribute(names.STATUS, status)
+    if principal is not None:  # who sent the turn, as the server authenticated them
+        span.set_attribute(names.USER_ID, principal.id)
+        if principal.roles:
+            span.set_attribute(names.USER_ROLES, sorted(principal.roles))
     if tree is not None:  # a turn that started agents: what they and it used together
         span.set_attribute(names.TREE_INPUT_TOKENS, tree.input_tokens)
         span.set_attribute(names.TREE_OUTPUT_TOKENS, tree.output_tokens)

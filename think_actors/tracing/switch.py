@@ -132,10 +132,17 @@ def start_turn(
 
 
 def end_turn(
-    turn: Any, *, status: str, error: str | None, classification: str | None, stats: Any, limit: str | None = None
+    turn: Any,
+    *,
+    status: str,
+    error: str | None,
+    classification: str | None,
+    stats: Any,
+    limit: str | None = None,
+    principal: Any = None,
 ) -> None:
     """Close what ``start_turn`` opened (``stats``: the turn's steps, tokens and cost, and what the agents it
-    started used; ``limit``: the RunLimits field that ended it); no-op for None."""
+    started used; ``limit``: the RunLimits field that ended it; ``principal``: who sent it); no-op for None."""
     if turn is None or _impl is None:
         return
     _impl.end_turn(
@@ -149,6 +156,7 @@ def end_turn(
         cost_usd=stats.cost_usd,
         tree=stats.tree_usage() if stats.children.agents else None,
         limit=limit,
+        principal=principal,
     )
 
 

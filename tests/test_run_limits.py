@@ -16,7 +16,7 @@ from tree_agents import STEP_COST, STEP_TOKENS, CappedWideLead, Crowd, Lead, Slo
 import think_actors as ta
 from think_actors import delegation
 from think_actors._turn.abort import AbortRegistry
-from think_actors.limits import AccountBook
+from think_actors.limits import AccountBook, LocalAccount
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
 WHOLE_RUN = ta.RunUsage(requests=10, tool_calls=6, input_tokens=1000, output_tokens=100, cost_usd=0.01, agents=6)
@@ -297,3 +297,62 @@ def test_a_run_cancelled_before_it_arrives_starts_aborted() -> None:
     signal = aborts.signal("agent-tool:call-1")
     assert (signal.aborted, signal.reason) == (True, "parent turn cancelled")
     assert aborts.cancel("chat-7") is False and not aborts.signal("chat-7").aborted  # other ids: a no-op, as Think's
+
+
+async def test_a_prepaid_request_is_used_without_asking_and_given_back_when_unused() -> None:
+    saved: list[dict[str, Any] | None] = []
+
+    async def save(state: dict[str, Any] | None) -> None:
+        saved.append(state)
+
+    book = AccountBook(run_id="r", limits=ta.RunLimits(max_total_tokens=1000))
+    account = LocalAccount(book, save)
+    await account.admit_request()
+    await account.settle(100, 10, 0.0, 1, prepay=True)  # its tool call admitted, and the next request with it
+    assert (account.prepaid, book.usage.requests, book.usage.tool_calls) == (True, 2, 1)
+    assert saved[-1] is not None and saved[-1]["usage"]["requests"] == 1  # a recovered turn finds what was made
+    await account.admit_request()  # the prepaid one: nothing counted again
+    assert (account.prepaid, book.usage.requests) == (False, 2)
+    await account.settle(100, 10, 0.0, 1, prepay=True)
+    account.release()  # the turn stopped after its tool calls: the request it did not make is uncounted
+    assert (account.prepaid, book.usage.requests) == (False, 2)
+    account.release()  # nothing held: a no-op
+    assert book.usage.requests == 2
+
+
+async def test_a_run_with_max_requests_never_prepays() -> None:
+    book = AccountBook(run_id="r", limits=ta.RunLimits(max_requests=5))
+    account = LocalAccount(book)
+    await account.admit_request()
+    await account.settle(100, 10, 0.0, 2, prepay=True)
+    assert (account.prepaid, book.usage.requests) == (False, 1)
+    assert await account.start_child("lead", 1, prepay=True) is None
+    assert book.usage.requests == 1
+
+
+async def test_a_prepaid_request_still_meets_the_deadline_and_the_budgets() -> None:
+    late = AccountBook(run_id="late", limits=ta.RunLimits(timeout_s=5), started_at=time.time() - 10)
+    account = LocalAccount(late)
+    account.prepaid = True
+    late._counts.requests = 1  # as settle(prepay=True) left it
+    with pytest.raises(ta.RunLimitError) as refused:
+        await account.admit_request()
+    assert refused.value.limit == "timeout_s" and late.usage.requests == 0 and account.over
+    spent = AccountBook(run_id="spent", limits=ta.RunLimits(max_total_tokens=100))
+    account = LocalAccount(spent)
+    await account.admit_request()
+    await account.settle(100, 10, 0.0, 0)  # passes the budget, no tool calls: recorded
+    account.prepaid = True
+    with pytest.raises(ta.RunLimitError) as over:
+        await account.admit_request()
+    assert over.value.limit == "max_total_tokens"
+
+
+def test_a_child_admission_can_prepay_its_first_request() -> None:
+    book = AccountBook(run_id="r", limits=ta.RunLimits(max_depth=2))
+    assert book.start_child("lead", 1, prepay=True) is None
+    assert (book.usage.requests, book.usage.agents) == (1, 1)
+    assert (book.in_flight, book.by_parent) == (0, {})  # no cap on running children: nothing to count
+    capped = AccountBook(run_id="c", limits=ta.RunLimits(max_agents_in_flight=2))
+    assert capped.start_child("lead", 1) is None
+    assert (capped.in_flight, capped.by_parent) == (1, {"lead": 1})

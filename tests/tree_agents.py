@@ -152,6 +152,18 @@ class SlowLead(Metered):
     tools = (ta.agent_tool(SlowResearcher, description="Research a question."),)
 
 
+class ChainResearcher(Metered):
+    model = TreeModel("fetcher", 1)
+    tools = (ta.agent_tool(Fetcher, description="Fetch a source."),)
+
+
+class ChainLead(Metered):
+    """One researcher, which starts one fetcher: five model steps, one agent at each level."""
+
+    model = TreeModel("chain_researcher", 1)
+    tools = (ta.agent_tool(ChainResearcher, description="Research a question."),)
+
+
 class Probe(Metered):
     model = TreeModel(pause_s=0.3, metered=True)
 

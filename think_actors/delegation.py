@@ -20,7 +20,7 @@ from .chunks import AgentToolEventChunk
 from .errors import AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
 from .identity import Principal
-from .limits import RunLimits, RunTicket, RunUsage, child_refusal
+from .limits import RunLimits, RunTicket, RunUsage, child_refusal, counts_children, prepays
 from .messages import UIMessage
 from .tools import RUN_CONTEXT, Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
@@ -220,8 +220,11 @@ def agent_tool(
         # Admitted before the child exists (Think's maxConcurrentAgentTools: over the cap a run fails at once).
         cap = parent.max_concurrent_agent_tools
         refusal = child_refusal(cap) if cap is not None and engine.agent_tools_running >= cap else None
+        # On Ray the child is an actor whose every question to the account is a call: its admission pays its first
+        # request too (in process there is no call to save).
+        prepaid = ticket is not None and engine.runtime is not None and prepays(ticket.limits)
         if refusal is None and ticket is not None:
-            refusal = await ticket.account.start_child(parent.path, ticket.depth + 1)
+            refusal = await ticket.account.start_child(parent.path, ticket.depth + 1, prepaid)
         if refusal is not None:
             path = parent.child_path(agent_class, _run_name(context.tool_call_id))
             for kind in ("started", "error"):
@@ -237,15 +240,27 @@ def agent_tool(
             return {"ok": False, "status": "error", "error": refusal, "retryable": False, "agent": path}
         engine.agent_tools_running += 1
         try:
-            return await _run_child(context, emit, run_id, ticket, value)
+            return await _run_child(context, emit, run_id, ticket, value, prepaid)
         finally:
             engine.agent_tools_running -= 1
-            if ticket is not None:
+            if ticket is not None and counts_children(ticket.limits):  # without a cap the account does not count
                 await asyncio.shield(ticket.account.finish_child(parent.path))
 
-    async def _run_child(context: ToolContext, emit: Any, run_id: str, ticket: RunTicket | None, value: Any) -> Any:
+    async def _run_child(
+        context: ToolContext, emit: Any, run_id: str, ticket: RunTicket | None, value: Any, prepaid: bool
+    ) -> Any:
         parent = context.agent
-        child = await parent.sub_agent(agent_class, _run_name(context.tool_call_id), node_id=node_id)
+        try:
+            child = await parent.sub_agent(agent_class, _run_name(context.tool_call_id), node_id=node_id)
+            child_run = None
+            if ticket is not None:
+                runtime = parent._engine.runtime  # on Ray the child is another actor: the run's account is shared
+                account = await runtime.share_account(ticket) if runtime is not None else ticket.account
+                child_run = ticket.child(account.for_turn(ticket.started_at, ticket.limits.timeout_s, prepaid))
+        except BaseException:
+            if prepaid and ticket is not None:
+                ticket.account.give_back()  # the child never got its prepaid request
+            raise
         if isinstance(value, BaseModel):
             value = value.model_dump(mode="json")
         emit(
@@ -253,10 +268,6 @@ def agent_tool(
                 agent=child.path, parent_tool_call_id=context.tool_call_id, run_id=run_id, kind="started"
             )
         )
-        child_run = None
-        if ticket is not None:
-            runtime = parent._engine.runtime  # on Ray the child is another actor: the run's account is shared first
-            child_run = ticket.child(await runtime.share_account(ticket) if runtime is not None else None)
         result: AgentRunResult | None = None
         sequence = 0
         waited = 0.0
@@ -301,6 +312,8 @@ def agent_tool(
                     await close()
         if result is None:
             result = AgentRunResult(run_id=run_id, status="error", error="the child run ended without a result")
+        if result.run_over and ticket is not None:
+            ticket.account.learn_over()  # the run is over budget: this turn's next request asks, and is refused
         # The child, and what it and its own children used, count in this turn's tree.
         parent._engine.add_child_usage(context.request_id, (result.usage or RunUsage()) + RunUsage(agents=1))
         kind = {"completed": "finished", "aborted": "aborted"}.get(result.status, "error")

@@ -12,10 +12,19 @@ Tokens and cost are known only when a step ends, so a step already running when 
 limit finishes and is counted: a run may end above such a limit by what its agents had in flight at that moment, at
 most one model step per agent then running. Requests, tool calls and children are admitted one at a time against
 the account, so those counts never pass their limits.
+
+On Ray every question to the account is an actor call, so a run without ``max_requests`` *prepays* the requests it
+knows will follow: a step's ``settle`` that admits tool calls also admits the agent's next request, and
+``start_child`` admits the child's first. The account instance of the turn that was prepaid keeps the admission
+(``LocalAccount``, or the child's own ``RemoteAccount``) and its next ``admit_request`` uses it without a call,
+checking only the deadline. A prepaid admission the turn does not use is given back (``release``), so
+``RunUsage.requests`` counts the requests made. A run with ``max_requests`` asks at every request: a prepaid one
+would count against the limit before it is made and could refuse another agent's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -36,6 +45,9 @@ __all__ = [
     "RunTicket",
     "RunUsage",
     "child_refusal",
+    "counts_children",
+    "past_deadline",
+    "prepays",
 ]
 
 
@@ -154,6 +166,37 @@ class RunUsage:
         )
 
 
+def prepays(limits: RunLimits) -> bool:
+    """Whether a run with ``limits`` admits requests before they are made (without ``max_requests``)."""
+    return limits.max_requests is None
+
+
+def counts_children(limits: RunLimits) -> bool:
+    """Whether a run with ``limits`` keeps count of its running children (it caps them)."""
+    return limits.max_agents_in_flight is not None or limits.max_concurrent_agent_tools is not None
+
+
+def _limit_error(run_id: str, limit: str, used: float, allowed: float, what: str) -> RunLimitError:
+    return RunLimitError(
+        f"the run {run_id!r} reached its {limit} limit ({allowed:g}): {what}. Raise the limit in RunLimits, or give "
+        "the agent less to do",
+        limit=limit,
+        used=used,
+        allowed=allowed,
+        run_id=run_id,
+        stage="stream",
+        messages_persisted=True,
+    )
+
+
+def past_deadline(run_id: str, started_at: float, timeout_s: float | None) -> RunLimitError | None:
+    """The run's ``timeout_s`` error once its deadline has passed, else None."""
+    if timeout_s is None or time.time() < started_at + timeout_s:
+        return None
+    elapsed = time.time() - started_at
+    return _limit_error(run_id, "timeout_s", elapsed, timeout_s, f"{elapsed:.1f} s since it started")
+
+
 def child_refusal(cap: int) -> str:
     """The error of a child agent refused by a concurrency cap, in Think's words."""
     return f"maxConcurrentAgentTools ({cap}) exceeded"
@@ -209,16 +252,7 @@ class AccountBook:
 
     def _exceed(self, limit: str, used: float, allowed: float, what: str) -> RunLimitError:
         if self.exceeded is None:
-            self.exceeded = RunLimitError(
-                f"the run {self.run_id!r} reached its {limit} limit ({allowed:g}): {what}. Raise the limit in "
-                f"RunLimits, or give the agent less to do",
-                limit=limit,
-                used=used,
-                allowed=allowed,
-                run_id=self.run_id,
-                stage="stream",
-                messages_persisted=True,
-            )
+            self.exceeded = _limit_error(self.run_id, limit, used, allowed, what)
         return self.exceeded
 
     def check(self) -> None:
@@ -235,10 +269,11 @@ class AccountBook:
                 raise self._exceed(limit, used, allowed, f"{used} tokens used")
         if limits.max_cost_usd is not None and counts.cost_usd >= limits.max_cost_usd:
             raise self._exceed("max_cost_usd", counts.cost_usd, limits.max_cost_usd, f"{counts.cost_usd:.6f} USD spent")
-        timeout = limits.timeout_s
-        if timeout is not None and time.time() >= self.started_at + timeout:
-            elapsed = time.time() - self.started_at
-            raise self._exceed("timeout_s", elapsed, timeout, f"{elapsed:.1f} s since it started")
+        late = past_deadline(self.run_id, self.started_at, limits.timeout_s)
+        if late is not None:
+            if self.exceeded is None:
+                self.exceeded = late
+            raise late
 
     def admit_request(self) -> None:
         self.check()
@@ -259,6 +294,10 @@ class AccountBook:
             )
         counts.tool_calls += count
 
+    def release_request(self) -> None:
+        """Give back a prepaid request its turn did not make."""
+        self._counts.requests = max(self._counts.requests - 1, 0)
+
     def charge(self, input_tokens: int, output_tokens: int, cost_usd: float) -> None:
         """Count a finished step. Passing a budget here stops the run at its next admission, anywhere."""
         counts = self._counts
@@ -268,15 +307,23 @@ class AccountBook:
         with contextlib.suppress(RunLimitError):  # recorded in ``exceeded``: the step that passed it has finished
             self.check()
 
-    def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
-        """Charge a finished step, then admit its ``tool_calls`` (none: the charge alone)."""
+    def settle(
+        self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int, prepay: bool = False
+    ) -> bool:
+        """Charge a finished step, then admit its ``tool_calls`` (none: the charge alone). With ``prepay``, tool calls
+        and a run that ``prepays``, also admit the agent's next request and answer True; False when not prepaid."""
         self.charge(input_tokens, output_tokens, cost_usd)
         if tool_calls:
             self.admit_tool_calls(tool_calls)
+            if prepay and prepays(self.limits):  # admit_tool_calls has checked the budgets: the admission holds
+                self._counts.requests += 1
+                return True
+        return False
 
-    def start_child(self, parent: str, depth: int) -> str | None:
-        """Admit a child agent at ``depth`` under ``parent``: None, or why it may not start (a tool error).
-        Raises ``RunLimitError`` when the run has reached a budget."""
+    def start_child(self, parent: str, depth: int, prepay: bool = False) -> str | None:
+        """Admit a child agent at ``depth`` under ``parent``: None, or why it may not start (a tool error). With
+        ``prepay`` and a run that ``prepays``, an admitted child's first request is admitted too. Raises
+        ``RunLimitError`` when the run has reached a budget."""
         self.check()
         limits = self.limits
         if limits.max_depth is not None and depth > limits.max_depth:
@@ -288,9 +335,12 @@ class AccountBook:
         cap = limits.max_concurrent_agent_tools
         if cap is not None and self.by_parent.get(parent, 0) >= cap:
             return child_refusal(cap)
-        self.in_flight += 1
-        self.by_parent[parent] = self.by_parent.get(parent, 0) + 1
+        if counts_children(limits):  # without a cap no one asks, and no finish_child comes
+            self.in_flight += 1
+            self.by_parent[parent] = self.by_parent.get(parent, 0) + 1
         self._counts.agents += 1
+        if prepay and prepays(limits):
+            self._counts.requests += 1
         return None
 
     def finish_child(self, parent: str) -> None:
@@ -322,19 +372,33 @@ class AccountBook:
 
 class RunAccount:
     """The account of a run, where the run's turns charge and ask. ``LocalAccount`` in the root agent's process;
-    the runtime's remote account (the cluster's accounts actor) once the run spans processes."""
+    the runtime's remote account (the cluster's accounts actor) once the run spans processes.
+
+    An instance that holds a prepaid admission (``prepaid``, see the module docstring) belongs to one turn: the
+    root's ``LocalAccount`` on Ray, or a child's own remote account. ``over`` says the instance has seen the run
+    reach a budget (a refusal, or a charge that passed one)."""
+
+    prepaid: bool = False
+    over: bool = False
 
     async def admit_request(self) -> None:
+        """Admit the turn's next model request: a prepaid admission if the instance holds one (only the deadline is
+        checked), else the account's."""
         raise NotImplementedError
 
     async def admit_tool_calls(self, count: int) -> None:
         raise NotImplementedError
 
-    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
-        """Charge a finished step and admit its tool calls (``AccountBook.settle``), in one call."""
+    async def settle(
+        self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int, prepay: bool = False
+    ) -> None:
+        """Charge a finished step and admit its tool calls (``AccountBook.settle``), in one call; with ``prepay``
+        (another request follows the calls) the instance may come back holding that request's admission."""
         raise NotImplementedError
 
-    async def start_child(self, parent: str, depth: int) -> str | None:
+    async def start_child(self, parent: str, depth: int, prepay: bool = False) -> str | None:
+        """Admit a child agent (``AccountBook.start_child``); with ``prepay``, in a run that ``prepays``, the
+        child's first request too (the caller hands it to the child with ``for_turn``, or gives it back)."""
         raise NotImplementedError
 
     async def finish_child(self, parent: str) -> None:
@@ -342,6 +406,27 @@ class RunAccount:
 
     async def usage(self) -> RunUsage:
         raise NotImplementedError
+
+    def give_back(self) -> None:
+        """Uncount one prepaid request that will not be made (without waiting)."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """The turn ends: give back the prepaid admission it did not use, if it holds one."""
+        if self.prepaid:
+            self.prepaid = False
+            self.give_back()
+
+    def learn_over(self) -> None:
+        """Another agent of the run saw it reach a budget (a child's result says so): the prepaid admission is given
+        back, so the turn's next request asks the account, which refuses it."""
+        self.over = True
+        self.release()
+
+    def for_turn(self, started_at: float, timeout_s: float | None, prepaid: bool = False) -> RunAccount:
+        """This account as another turn uses it, holding a prepaid admission when ``prepaid`` (a child's first
+        request); the run's start and ``timeout_s`` are the deadline a prepaid admission checks."""
+        return self
 
     async def close(self) -> None:
         """The run is over: forget its account."""
@@ -351,20 +436,65 @@ class RunAccount:
 class LocalAccount(RunAccount):
     """A run's account in its root agent's process. ``saved`` (if given) is called with the book's state after
     every charge (the root keeps it in its store, for a recovered turn); ``share`` moves the account to where other
-    processes reach it, after which every call goes there. ``close`` forgets it (``saved(None)``)."""
+    processes reach it, after which every call goes there. ``close`` forgets it (``saved(None)``).
+
+    In process the children's turns use this instance too, so only a root hosted on Ray prepays (its children are
+    actors with accounts of their own)."""
 
     def __init__(self, book: AccountBook, saved: Callable[[dict[str, Any] | None], Awaitable[None]] | None = None):
         self.book = book
         self.saved = saved
         self.shared: RunAccount | None = None
+        self._sharing: asyncio.Future[RunAccount] | None = None
+        self.prepaid = False
+        self._over = False
+
+    @property
+    def over(self) -> bool:
+        shared = self.shared
+        return self._over or self.book.exceeded is not None or (shared is not None and shared.over)
+
+    @over.setter
+    def over(self, value: bool) -> None:
+        self._over = value
 
     async def share(self, publish: Callable[[AccountBook], Awaitable[RunAccount]]) -> RunAccount:
-        """The account other processes use: ``publish(book)`` the first time (it copies the book there)."""
+        """The account other processes use: ``publish(book)`` the first time (it copies the book there; callers
+        that come meanwhile wait for the same copy)."""
         if self.shared is None:
-            self.shared = await publish(self.book)
+            if self._sharing is None:
+                self._sharing = asyncio.ensure_future(publish(self.book))
+            sharing = self._sharing
+            try:
+                self.shared = await asyncio.shield(sharing)
+            finally:
+                if sharing.done() and sharing.exception() is not None and self._sharing is sharing:
+                    self._sharing = None  # failed: the next caller tries again
+        return self.shared
+
+    async def _shared_now(self) -> RunAccount | None:
+        """The shared account, once a copy under way has landed (so nothing counted here is lost)."""
+        if self.shared is None and self._sharing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._sharing)
         return self.shared
 
     async def admit_request(self) -> None:
+        if self.prepaid:
+            self.prepaid = False
+            book = self.book
+            try:
+                if self.shared is None:
+                    book.check()  # the book is here: every budget, as an admission checks them
+                else:
+                    late = past_deadline(book.run_id, book.started_at, book.limits.timeout_s)
+                    if late is not None:
+                        raise late
+            except RunLimitError:
+                self.over = True
+                self.give_back()
+                raise
+            return
         if self.shared is not None:
             return await self.shared.admit_request()
         self.book.admit_request()
@@ -374,19 +504,30 @@ class LocalAccount(RunAccount):
             return await self.shared.admit_tool_calls(count)
         self.book.admit_tool_calls(count)
 
-    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
+    async def settle(
+        self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int, prepay: bool = False
+    ) -> None:
         if self.shared is not None:
-            return await self.shared.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+            return await self.shared.settle(input_tokens, output_tokens, cost_usd, tool_calls, prepay)
         try:
-            self.book.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+            if self.book.settle(input_tokens, output_tokens, cost_usd, tool_calls, prepay):
+                self.prepaid = True
         finally:
             if self.saved is not None:
-                await self.saved(self.book.state())
+                await self.saved(self._state())
 
-    async def start_child(self, parent: str, depth: int) -> str | None:
-        if self.shared is not None:
-            return await self.shared.start_child(parent, depth)
-        return self.book.start_child(parent, depth)
+    def _state(self) -> dict[str, Any]:
+        """The book's state as a recovered turn should find it: without a prepaid request not yet made."""
+        state = self.book.state()
+        if self.prepaid:
+            state["usage"]["requests"] -= 1
+        return state
+
+    async def start_child(self, parent: str, depth: int, prepay: bool = False) -> str | None:
+        shared = await self._shared_now()
+        if shared is not None:
+            return await shared.start_child(parent, depth, prepay)
+        return self.book.start_child(parent, depth, prepay)
 
     async def finish_child(self, parent: str) -> None:
         if self.shared is not None:
@@ -397,6 +538,17 @@ class LocalAccount(RunAccount):
         if self.shared is not None:
             return await self.shared.usage()
         return self.book.usage
+
+    def give_back(self) -> None:
+        if self.shared is not None:
+            self.shared.give_back()  # the book moved there with the prepaid request counted
+        else:
+            self.book.release_request()
+
+    def release(self) -> None:
+        super().release()
+        if self.shared is not None:
+            self.shared.release()
 
     async def close(self) -> None:
         if self.shared is not None:

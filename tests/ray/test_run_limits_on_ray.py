@@ -12,9 +12,21 @@ from typing import Any
 import pytest
 import ray
 import tree_agents
-from tree_agents import METER, STEP_TOKENS, CrashLead, Lead, Meter, SharedCrowd, SlowLead, Stamper, WideLead
+from tree_agents import (
+    METER,
+    STEP_TOKENS,
+    ChainLead,
+    CrashLead,
+    Lead,
+    Meter,
+    SharedCrowd,
+    SlowLead,
+    Stamper,
+    WideLead,
+)
 
 import think_actors as ta
+from think_actors.runtime import accounts
 
 pytestmark = [pytest.mark.usefixtures("ray_runtime"), pytest.mark.timeout(240)]
 
@@ -126,3 +138,38 @@ async def test_a_task_tool_with_run_context_gets_the_run_in_its_task(unique: str
     [part] = [p for m in await agent.get_messages() for p in m.parts if isinstance(p, ta.ToolPart)]
     assert (part.output["run"]["runId"], part.output["run"]["depth"]) == (result.request_id, 0)
     assert 0 < part.output["run"]["remainingS"] <= 30
+
+
+async def test_a_turn_asks_the_accounts_actor_once_per_step_and_once_to_share(
+    unique: str, meter: Any, ray_runtime: Any
+) -> None:
+    # Lead -> researcher -> fetcher: 5 model steps. The calls: the account's move (with the researcher's admission
+    # and first request), the researcher's charge of its first step (with its next request), the fetcher's
+    # admission (with its first request), each of the 3 other steps' charge, and the run's end. No admission of a
+    # request of its own, no child's end (the run caps no running children).
+    actor = accounts._accounts(ray_runtime)
+    lead = await ta.spawn(ChainLead, unique)
+    await lead.save_messages("warm up")  # the actors exist before the count starts
+    before = await actor.counted.remote()
+    result = await lead.save_messages("research it", limits=ta.RunLimits(max_total_tokens=100_000))
+    assert result.status == "completed" and result.tree_usage is not None and result.tree_usage.requests == 5
+    deadline = time.monotonic() + 10
+    counted = await actor.counted.remote() - before
+    while counted < 7 and time.monotonic() < deadline:  # the run's end is a call the lead does not wait for
+        await asyncio.sleep(0.05)
+        counted = await actor.counted.remote() - before
+    assert counted == 7
+
+
+async def test_the_accounts_actor_gives_back_a_prepaid_request(ray_runtime: Any) -> None:
+    actor = accounts._accounts(ray_runtime)
+    state = {"runId": "prepaid-run", "limits": {"max_total_tokens": 1000}, "startedAt": time.time(), "usage": {}}
+    await actor.open.remote(state, 0, {})
+    assert await actor.settle.remote("prepaid-run", 100, 10, 0.0, 1, True) == (None, True, False)
+    assert (await actor.usage.remote("prepaid-run")).requests == 1
+    await actor.release.remote("prepaid-run")
+    assert (await actor.usage.remote("prepaid-run")).requests == 0
+    assert await actor.settle.remote("prepaid-run", 1000, 0, 0.0, 0, True) == (None, False, True)  # over now
+    refused, prepaid, over = await actor.settle.remote("prepaid-run", 0, 0, 0.0, 1, True)
+    assert (refused.limit, prepaid, over) == ("max_total_tokens", False, True)
+    await actor.close.remote("prepaid-run")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..limits import RunTicket, RunUsage
@@ -31,7 +31,8 @@ class AgentRunResult:
     """How an agent-tool run ended: ``status`` is ``completed``, ``error`` or ``aborted``.
 
     ``summary`` is the run's final assistant text; ``output`` the validated structured output when the run
-    asked for one, else the summary; ``usage`` what the child and every agent it started used.
+    asked for one, else the summary; ``usage`` what the child and every agent it started used; ``run_over`` whether
+    the child saw the parent's run (``RunLimits``) reach a budget, so the parent asks before its next request.
     """
 
     run_id: str
@@ -40,6 +41,7 @@ class AgentRunResult:
     output: Any = None
     error: str | None = None
     usage: RunUsage | None = None
+    run_over: bool = False
 
 
 @dataclass(slots=True)
@@ -78,6 +80,11 @@ async def _drive(engine: Engine, run_id: str, run: _LiveRun, input: Any, output:
         if stream is not None and stream.status not in ("pending", "running"):
             outcome = stream.outcome
         run.result = _result(run_id, outcome, error, output is not None)
+        if ticket is not None:
+            # The child's own account (on Ray: an instance per run, so what it holds is this run's).
+            ticket.account.release()  # a first request prepaid for a turn that never made it
+            if ticket.account.over:
+                run.result = replace(run.result, run_over=True)
         try:
             await _store(engine, run.result)
         finally:

@@ -290,6 +290,8 @@ async def _stream(
         failure = err
     finally:
         await steps.aclose()
+        if run.ticket is not None:
+            run.ticket.account.release()  # a request the loop prepaid and did not make (a stop, a pause, an abort)
     if status == "aborted" and signal.failure is not None and not external_cancel:
         status, failure = "error", signal.failure  # the run's deadline: an error of the run, not a cancel
 

@@ -65,6 +65,8 @@ async def reopen_run(engine: Engine, data: dict[str, Any]) -> RunTicket | None:
     runtime = engine.runtime
     if runtime is not None:
         account = await runtime.find_account(run_id)
+        if account is not None:
+            account = account.for_turn(started_at, limits.timeout_s)  # this turn's own instance
     if account is None:
         state = await engine.store.get_kv(_ACCOUNT_KEY + run_id)
         if isinstance(state, dict):

@@ -98,15 +98,20 @@ async def _needs_approval(call: Any) -> bool:
     return bool(gate)
 
 
-async def _settle(ticket: RunTicket | None, usage: Usage, cost: float | None, calls: list[Any]) -> RunLimitError | None:
-    """Charge the step to the run's account and ask it for the step's tool calls, in one call. When it refuses the
+async def _settle(
+    ticket: RunTicket | None, usage: Usage, cost: float | None, calls: list[Any], prepay: bool
+) -> RunLimitError | None:
+    """Charge the step to the run's account and ask it for the step's tool calls, in one call; with ``prepay`` (another
+    step may follow the calls) the account may admit that step's request now, saving a call. When it refuses the
     calls, each gets the limit's error as its result (the model's message stays valid) and the error is returned,
     to end the turn once the step is recorded."""
     if ticket is None:
         return None
     wanted = [c for c in calls if c.error is None and c.tool is not None and c.tool.executable]
     try:
-        await ticket.account.settle(usage.input_tokens or 0, usage.output_tokens or 0, cost or 0.0, len(wanted))
+        await ticket.account.settle(
+            usage.input_tokens or 0, usage.output_tokens or 0, cost or 0.0, len(wanted), prepay and bool(wanted)
+        )
     except RunLimitError as err:
         for call in wanted:
             call.error = f"not run: {err}"
@@ -163,6 +168,9 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     on_chunk = run.on_chunk
     signal = run.signal
     current_task = task_lookup(asyncio.get_running_loop())
+    # On Ray each question to the run's account is an actor call: a step's charge also admits the next request
+    # (given back by the attempt that runs this loop when the turn does not make it).
+    prepay = agent_engine.runtime is not None
     for step_number in range(run.max_steps):
         if signal.aborted:  # never start a model request for a turn already aborted (the caller reports it)
             return
@@ -329,7 +337,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
 
         cost = finish.cost_usd if finish is not None else None
         calls = await parse_calls(run, [(c[0], c[1], "".join(c[2])) for _, c in sorted(raw_calls.items())])
-        refused = await _settle(ticket, usage, cost, calls)
+        refused = await _settle(ticket, usage, cost, calls, prepay and step_number + 1 < run.max_steps)
         for call in calls:
             if on_chunk is not None:
                 await on_chunk(

@@ -3,9 +3,11 @@ a run, on any node, asks and charges its run's account there (``RemoteAccount``)
 
 A run's account starts in its first agent's process (``limits.LocalAccount``): a run that stays in one process never
 makes a remote call. The first time an agent of the run starts a child agent in another actor, its account is copied
-here (``share``) and the local one forwards every call from then on. A call is one actor call (≈0.3-0.5 ms on 2
-cores); a model step makes two (its admission and its charge). The actor serializes the calls of a run, so admissions
-are atomic across the cluster.
+here (``share``) and the local one forwards every call from then on. A call is one actor call (≈1 ms of the
+machine's CPU on 2 cores), so a step makes one where it can: its charge (``settle``), which in a run without
+``max_requests`` also admits the request that follows the step's tool calls, as ``start_child`` admits the child's
+first (``limits``: prepaid admissions). A child's end is a call only when the run caps running children. The actor
+serializes the calls of a run, so admissions are atomic across the cluster.
 
 What it does not keep: the accounts live in the actor's memory. If the actor's node dies, Ray restarts it empty; a
 run's agents then go on with the account their first agent kept in its store (what it had used when the run left its
@@ -20,7 +22,7 @@ from typing import Any
 import ray
 
 from ..errors import RunLimitError
-from ..limits import AccountBook, RunAccount, RunTicket, RunUsage
+from ..limits import AccountBook, RunAccount, RunTicket, RunUsage, past_deadline
 from .calls import _call
 from .config import RuntimeConfig
 
@@ -91,22 +93,30 @@ class RunAccounts:
         return None
 
     def settle(
-        self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int
-    ) -> RunLimitError | None:
+        self, run_id: str, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int, prepay: bool
+    ) -> tuple[RunLimitError | None, bool, bool]:
+        """``(refusal, prepaid, over)``: over when the run has reached a budget (this charge may have passed one)."""
         book = self._book(run_id)
+        if book is None:
+            return None, False, False
         try:
-            if book is not None:
-                book.settle(input_tokens, output_tokens, cost_usd, tool_calls)
+            prepaid = book.settle(input_tokens, output_tokens, cost_usd, tool_calls, prepay)
         except RunLimitError as err:
-            return err
-        return None
+            return err, False, True
+        return None, prepaid, book.exceeded is not None
 
-    def start_child(self, run_id: str, parent: str, depth: int) -> str | RunLimitError | None:
+    def start_child(self, run_id: str, parent: str, depth: int, prepay: bool) -> str | RunLimitError | None:
         book = self._book(run_id)
         try:
-            return book.start_child(parent, depth) if book is not None else None
+            return book.start_child(parent, depth, prepay) if book is not None else None
         except RunLimitError as err:
             return err
+
+    def release(self, run_id: str) -> None:
+        """Uncount a prepaid request that was not made."""
+        book = self._book(run_id)
+        if book is not None:
+            book.release_request()
 
     def finish_child(self, run_id: str, parent: str) -> None:
         book = self._book(run_id)
@@ -155,12 +165,25 @@ def _start(config: RuntimeConfig) -> Any:
 
 
 class RemoteAccount(RunAccount):
-    """A run's account in the cluster's accounts actor (what a child in another actor is given)."""
+    """A run's account in the cluster's accounts actor (what a child in another actor is given). It pickles by name,
+    with its prepaid admission (a child's first request) and the run's deadline, which that admission checks."""
 
-    def __init__(self, run_id: str, namespace: str, actor: Any = None):
+    def __init__(
+        self,
+        run_id: str,
+        namespace: str,
+        actor: Any = None,
+        started_at: float = 0.0,
+        timeout_s: float | None = None,
+        prepaid: bool = False,
+    ):
         self.run_id = run_id
         self.namespace = namespace
         self._actor = actor
+        self.started_at = started_at
+        self.timeout_s = timeout_s
+        self.prepaid = prepaid
+        self.over = False
 
     @property
     def actor(self) -> Any:
@@ -169,31 +192,55 @@ class RemoteAccount(RunAccount):
         return self._actor
 
     def __reduce__(self) -> Any:
-        return (RemoteAccount, (self.run_id, self.namespace))
+        return (RemoteAccount, (self.run_id, self.namespace, None, self.started_at, self.timeout_s, self.prepaid))
+
+    def for_turn(self, started_at: float, timeout_s: float | None, prepaid: bool = False) -> RunAccount:
+        return RemoteAccount(self.run_id, self.namespace, self._actor, started_at, timeout_s, prepaid)
+
+    def _refused(self, err: RunLimitError) -> RunLimitError:
+        self.over = True
+        return err
 
     async def admit_request(self) -> None:
+        if self.prepaid:
+            self.prepaid = False
+            late = past_deadline(self.run_id, self.started_at, self.timeout_s)
+            if late is not None:
+                self.give_back()
+                raise self._refused(late)
+            return
         refused = await _call(self.actor.admit_request.remote(self.run_id))
         if refused is not None:
-            raise refused
+            raise self._refused(refused)
 
     async def admit_tool_calls(self, count: int) -> None:
         refused = await _call(self.actor.admit_tool_calls.remote(self.run_id, count))
         if refused is not None:
-            raise refused
+            raise self._refused(refused)
 
-    async def settle(self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int) -> None:
-        refused = await _call(self.actor.settle.remote(self.run_id, input_tokens, output_tokens, cost_usd, tool_calls))
+    async def settle(
+        self, input_tokens: int, output_tokens: int, cost_usd: float, tool_calls: int, prepay: bool = False
+    ) -> None:
+        refused, prepaid, over = await _call(
+            self.actor.settle.remote(self.run_id, input_tokens, output_tokens, cost_usd, tool_calls, prepay)
+        )
+        self.over = self.over or over
         if refused is not None:
-            raise refused
+            raise self._refused(refused)
+        if prepaid:
+            self.prepaid = True
 
-    async def start_child(self, parent: str, depth: int) -> str | None:
-        answer = await _call(self.actor.start_child.remote(self.run_id, parent, depth))
+    async def start_child(self, parent: str, depth: int, prepay: bool = False) -> str | None:
+        answer = await _call(self.actor.start_child.remote(self.run_id, parent, depth, prepay))
         if isinstance(answer, RunLimitError):
-            raise answer
+            raise self._refused(answer)
         return answer  # type: ignore[no-any-return]
 
     async def finish_child(self, parent: str) -> None:
         self.actor.finish_child.remote(self.run_id, parent)  # not awaited: Ray keeps one caller's calls in order
+
+    def give_back(self) -> None:
+        self.actor.release.remote(self.run_id)  # not awaited, as finish_child
 
     async def usage(self) -> RunUsage:
         found: RunUsage = await _call(self.actor.usage.remote(self.run_id))
@@ -215,7 +262,7 @@ async def share_account(ticket: RunTicket, config: RuntimeConfig) -> RunAccount:
     async def publish(book: AccountBook) -> RunAccount:
         actor = _accounts(config)
         await _call(actor.open.remote(book.state(), book.in_flight, book.by_parent))
-        return RemoteAccount(book.run_id, config.namespace, actor)
+        return RemoteAccount(book.run_id, config.namespace, actor, book.started_at, book.limits.timeout_s)
 
     shared: RunAccount = await share(publish)
     return shared

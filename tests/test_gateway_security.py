@@ -403,7 +403,7 @@ async def test_healthz_lists_the_classes_only_to_who_may_use_the_gateway(serve: 
     assert await (await open_.get("/healthz", headers={"Host": "evil.example"})).json() == {"ok": True}
 
 
-@pytest.mark.parametrize("path", ["/agents/helper/a/get-messages", "/agents/helper/a", "/mcp", "/"])
+@pytest.mark.parametrize("path", ["/agents/helper/a/get-messages", "/agents/helper/a", "/mcp"])
 async def test_a_401_carries_a_bearer_challenge_and_says_when_the_token_sent_was_wrong(serve: Any, path: str) -> None:
     # RFC 6750 §3: a client told 401 learns the scheme to use, and whether the token it sent was refused.
     client = await serve(token="s3cret", mcp=True)
@@ -421,3 +421,15 @@ async def test_a_401_carries_a_bearer_challenge_and_says_when_the_token_sent_was
         assert response.headers["WWW-Authenticate"] == challenge, (path, extra, query)
     right = await client.get(path + "?token=s3cret", headers=headers)
     assert right.status != 401 and "WWW-Authenticate" not in right.headers
+
+
+async def test_the_chat_page_loads_without_a_token_and_holds_no_agent_data(serve: Any) -> None:
+    # The page is static HTML and script: a user gives it their token in its settings (a cookie), and every
+    # request it then makes (the socket, get-messages, /healthz's classes) is checked as any other.
+    client = await serve(token="s3cret")
+    page = await client.get("/")
+    assert page.status == 200
+    text = await page.text()
+    assert "s3cret" not in text and "helper" not in text
+    assert (await (await client.get("/healthz")).json()) == {"ok": True}
+    assert (await client.get("/agents/helper/a/get-messages")).status == 401

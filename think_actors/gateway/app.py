@@ -29,8 +29,12 @@ from aiohttp import WSMsgType, web
 
 from .. import tracing
 from ..errors import InvalidAgentNameError, ThinkError
+from ..identity import Principal
+from ..quotas import Quotas
 from ..store import validate_agent_name
 from . import protocol, security
+from .access import PRINCIPAL, Access, QuotaExceeded
+from .auth import Authenticate, Authorize, AuthUnavailable, Unauthenticated
 from .directory import AgentDirectory, LocalDirectory, RayDirectory, _mcp_state, _refused
 from .protocol import FrameError
 from .rooms import _cleared, _pending, _Room, _Socket, _Stream
@@ -63,8 +67,18 @@ class Gateway(ChatTurns):
         max_frame_bytes: int = MAX_FRAME_BYTES,
         mcp: bool = False,
         client_limits: bool = False,
+        authenticate: Authenticate | None = None,
+        authorize: Authorize | None = None,
+        quotas: Quotas | dict[str, Any] | None = None,
     ):
         self.directory = directory
+        # Who asks (token= is SharedToken(token)), what they may do to which agent, how much (access.py).
+        self.access = Access(
+            token=token,
+            authenticate=authenticate,
+            authorize=authorize,
+            quotas=Quotas.model_validate(quotas) if isinstance(quotas, dict) else quotas,
+        )
         # Chat requests may carry runLimits, which only lower the agent class's run_limits (turns.run_limits).
         self.client_limits = client_limits
         self.mcp = mcp  # serve the agent classes as MCP tools at /mcp (mcp_server.py)
@@ -86,18 +100,30 @@ class Gateway(ChatTurns):
             # Imported only here: the MCP SDK costs a second or more to import, and most gateways do not serve it.
             from .mcp_server import McpEndpoint
 
-            McpEndpoint(self.directory, max_body_bytes=self.max_frame_bytes).mount(app)
+            McpEndpoint(self.directory, max_body_bytes=self.max_frame_bytes, access=self.access).mount(app)
+        app.on_startup.append(self._start_access)
         app.on_shutdown.append(self._shutdown)
+        app.on_cleanup.append(self._stop_access)
         return app
+
+    async def _start_access(self, app: web.Application) -> None:
+        quotas = self.access.quotas
+        keeper = self.directory.quota_keeper(quotas, self.access.gateway_id) if quotas is not None else None
+        await self.access.start(keeper)
+
+    async def _stop_access(self, app: web.Application) -> None:
+        await self.access.stop()
 
     # ------------------------------------------------------------------ HTTP
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
         if request.path != "/healthz":  # it always answers that the server is up
-            refusal = self._refusal(request)
+            refusal = self._origin_refusal(request)
             if refusal is not None:
                 raise refusal
+            if request.path != "/":  # the page holds no data: a user gives it their token in its settings
+                request[PRINCIPAL] = await self._principal(request)
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else ""
         if not route.startswith(_TRACED_ROUTES) or request.headers.get("Upgrade", "").lower() == "websocket":
@@ -117,16 +143,34 @@ class Gateway(ChatTurns):
                 span.set_attribute("http.response.status_code", response.status)
             return response
 
-    def _refusal(self, request: web.Request) -> web.HTTPException | None:
-        """Why the request may not use the gateway (401 or 403), or None."""
-        if self.token is not None and not security.token_matches(request, self.token):
-            return _refused(
-                web.HTTPUnauthorized,
-                "missing or wrong token: send Authorization: Bearer <token> or ?token=",
-                {"WWW-Authenticate": security.bearer_challenge(request)},
-            )
-        reason = self.origins.refusal(request, token_required=self.token is not None)
+    def _origin_refusal(self, request: web.Request) -> web.HTTPException | None:
+        """Why a page (or a host) may not use the gateway (a 403), or None."""
+        reason = self.origins.refusal(request, token_required=self.access.required)
         return None if reason is None else _refused(web.HTTPForbidden, reason)
+
+    async def _principal(self, request: web.Request) -> Principal:
+        """Who sent the request: a 401 (with its RFC 6750 challenge) or a 503 when that cannot be said."""
+        try:
+            return await self.access.principal(request)
+        except Unauthenticated as err:
+            challenge = 'Bearer error="invalid_token"' if err.sent else "Bearer"  # the body says why
+            raise _refused(web.HTTPUnauthorized, err.reason, {"WWW-Authenticate": challenge}) from None
+        except AuthUnavailable as err:
+            raise _refused(web.HTTPServiceUnavailable, err.reason, {"Retry-After": str(err.retry_after_s)}) from None
+
+    async def _allowed(self, request: web.Request, action: str) -> Principal:
+        """The request's principal, when it may take ``action`` on the agent it names; else a 403."""
+        principal = request[PRINCIPAL]
+        slug, name = request.match_info["cls"], request.match_info["name"]
+        try:
+            validate_agent_name(name)
+        except InvalidAgentNameError as err:
+            raise _refused(web.HTTPBadRequest, err.message) from None
+        self.directory.agent_class(slug)  # an unknown class is a 404 for everyone
+        reason = await self.access.refusal(principal, f"{slug}/{name}", action)
+        if reason is not None:
+            raise _refused(web.HTTPForbidden, f"{action} refused: {reason}")
+        return principal
 
     async def _page(self, request: web.Request) -> web.Response:
         """The chat page: plain HTML and script, no build step."""
@@ -134,7 +178,11 @@ class Gateway(ChatTurns):
 
     async def _healthz(self, request: web.Request) -> web.Response:
         """That the server is up; the agent classes too, to a request that may use the gateway."""
-        if self._refusal(request) is not None:
+        if self._origin_refusal(request) is not None:
+            return web.json_response({"ok": True})
+        try:
+            await self.access.principal(request)
+        except (Unauthenticated, AuthUnavailable):
             return web.json_response({"ok": True})
         return web.json_response({"ok": True, "classes": sorted(self.directory.classes)})
 
@@ -154,6 +202,7 @@ class Gateway(ChatTurns):
         return f"{slug}/{name}", agent
 
     async def _get_messages(self, request: web.Request) -> web.Response:
+        await self._allowed(request, "read")
         _, agent = await self._agent(request, create=False)
         messages = await agent.get_messages()
         return web.json_response([wire_message(m) for m in messages], dumps=protocol.dumps)
@@ -161,11 +210,24 @@ class Gateway(ChatTurns):
     # ------------------------------------------------------------------ WebSocket
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
+        principal = await self._allowed(request, "read")
+        try:
+            counted = await self.access.open_socket(principal)
+        except QuotaExceeded as err:
+            raise _refused(web.HTTPTooManyRequests, err.message, {"Retry-After": str(err.retry_after_s)}) from None
+        try:
+            return await self._serve_socket(request, principal)
+        finally:
+            if counted:
+                await self.access.close_socket(principal)
+
+    async def _serve_socket(self, request: web.Request, principal: Principal) -> web.StreamResponse:
         key, agent = await self._agent(request)
         # aiohttp's own limit is set above ours, so a frame over ours gets an error frame and the socket goes on;
         # one over aiohttp's is not read at all (it would be held in memory): an error frame, then a 1009 close.
         ws = _Socket(self.max_frame_bytes, heartbeat=30)
         ws.trace_headers = tracing.incoming(request.headers)
+        ws.principal = principal
         await ws.prepare(request)
         room = self._rooms.get(key)
         if room is None:
@@ -223,10 +285,24 @@ class Gateway(ChatTurns):
         try:
             frame = protocol.parse_frame(text)
             kind = frame["type"]
+            action = _ACTIONS.get(kind)
+            if action is not None:
+                reason = await self.access.refusal(ws.principal, room.key, action)  # type: ignore[attr-defined]
+                if reason is not None:
+                    refused = f"{action} refused: {reason}"
+                    if kind == protocol.CHAT_REQUEST and isinstance(frame.get("id"), str) and frame["id"]:
+                        raise protocol.RequestError(frame["id"], refused)
+                    raise FrameError(refused)
             if kind == protocol.CHAT_REQUEST:
                 request_id, body = protocol.chat_request(frame)
                 run_limits(request_id, body, self.client_limits)
                 incoming = _incoming(request_id, body)  # the whole request is checked before anything is stored
+                try:
+                    await self.access.start_turn(ws.principal)  # type: ignore[attr-defined]
+                except QuotaExceeded as err:
+                    raise protocol.RequestError(
+                        request_id, f"quota {err.quota}: {err.message} (retry after {err.retry_after_s} s)"
+                    ) from None
                 await self._chat_request(ws, room, agent, request_id, body, incoming)
             elif kind == protocol.CHAT_REQUEST_CANCEL:
                 if not isinstance(frame.get("id"), str) or not frame["id"]:
@@ -279,6 +355,18 @@ class Gateway(ChatTurns):
         except Exception as err:  # a frame must never cost the socket or the agent
             log.exception("frame handling failed")
             await _error(ws, f"could not handle the frame: {type(err).__name__}: {err}")
+
+
+# What each frame does to the agent (auth.ACTIONS); the socket's connect was its "read".
+_ACTIONS = {
+    protocol.CHAT_REQUEST: "chat",
+    protocol.CHAT_REQUEST_CANCEL: "cancel",
+    protocol.CHAT_CLEAR: "clear",
+    protocol.TOOL_RESULT: "respond",
+    protocol.TOOL_APPROVAL: "respond",
+    protocol.STREAM_RESUME_REQUEST: "read",
+    protocol.STREAM_RESUME_ACK: "read",
+}
 
 
 async def _error(ws: web.WebSocketResponse, text: str) -> None:

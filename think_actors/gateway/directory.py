@@ -17,8 +17,10 @@ from aiohttp import web
 from ..agent import Think, kebab_case
 from ..delegation import LocalAgentHandle
 from ..errors import AgentUnavailableError
+from ..quotas import Quotas
 from ..store import Store
 from . import protocol
+from .access import LocalQuotas, quota_path
 
 __all__ = ["AgentDirectory", "LocalDirectory", "RayDirectory"]
 
@@ -43,6 +45,10 @@ class AgentDirectory:
 
     async def find(self, slug: str, name: str) -> Any | None:
         """The agent if it exists, else None; never creates it (reads use this, so they cannot create agents)."""
+        raise NotImplementedError
+
+    def quota_keeper(self, quotas: Quotas, gateway_id: str) -> Any:
+        """Where the gateway counts its users' quotas (``access.py``): every gateway of these agents asks it."""
         raise NotImplementedError
 
 
@@ -83,6 +89,10 @@ class LocalDirectory(AgentDirectory):
                 await agent.wait_for_mcp_connections(max(s.connect_timeout_s for s in agent.mcp_servers) + 5)
         return handle
 
+    def quota_keeper(self, quotas: Quotas, gateway_id: str) -> Any:
+        """The counts in this process, saved under ``data_dir`` (a restarted gateway goes on with them)."""
+        return LocalQuotas(quotas, quota_path(self.options.get("data_dir")))
+
     async def find(self, slug: str, name: str) -> Any | None:
         """An agent this directory has, or one whose store holds it (from before a restart)."""
         cls = self.agent_class(slug)
@@ -106,6 +116,13 @@ class RayDirectory(AgentDirectory):
         from ..runtime import spawn
 
         return await spawn(self.agent_class(slug), name)
+
+    def quota_keeper(self, quotas: Quotas, gateway_id: str) -> Any:
+        """The cluster's quotas actor, which every gateway of the cluster asks."""
+        from ..runtime import _require_config
+        from ..runtime.quotas import RemoteQuotas
+
+        return RemoteQuotas(quotas, _require_config(), gateway_id)
 
     async def find(self, slug: str, name: str) -> Any | None:
         """An agent the cluster started or provisioned (its registry record), woken if it hibernates."""

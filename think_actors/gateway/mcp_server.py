@@ -41,8 +41,11 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ..agent import Think
 from ..errors import InvalidAgentNameError, ThinkError
+from ..identity import Principal
 from ..store import validate_agent_name
+from .access import PRINCIPAL, Access, QuotaExceeded
 from .directory import AgentDirectory
+from .turns import _tokens
 
 __all__ = ["DEFAULT_AGENT_NAME", "McpEndpoint", "agents_mcp_server", "run_stdio"]
 
@@ -51,6 +54,7 @@ DEFAULT_AGENT_NAME = "mcp"
 
 _VERSION = "0.1.0"
 _INPUT_KEYS = frozenset({"message", "agent_name"})
+_SCOPE_KEY = "think_actors.principal"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -129,8 +133,9 @@ class _Reply:
 class _AgentTools:
     """The tools/list and tools/call handlers over a directory's agent classes."""
 
-    def __init__(self, directory: AgentDirectory):
+    def __init__(self, directory: AgentDirectory, access: Access | None = None):
         self.directory = directory
+        self.access = access  # the gateway's: who may call which agent, and how much (None over stdio: local)
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -158,22 +163,37 @@ class _AgentTools:
         except InvalidAgentNameError as err:
             return _error(f"agent_name {name!r} is not an agent name: {err.message}")
         facts: dict[str, Any] = {"agent": slug, "name": name}
+        principal = _principal(ctx)
+        if self.access is not None and principal is not None:
+            reason = await self.access.refusal(principal, f"{slug}/{name}", "chat")
+            if reason is not None:
+                return _error(f"chat refused: {reason}", **facts)
+            try:
+                await self.access.start_turn(principal)
+            except QuotaExceeded as err:
+                return _error(f"quota {err.quota}: {err.message} (retry after {err.retry_after_s} s)", **facts)
         try:
             agent = await self.directory.get(slug, name)
         except ThinkError as err:
             return _error(f"the {slug} agent {name!r} could not be reached: {err.message}", **facts)
         except Exception as err:
             return _error(f"the {slug} agent {name!r} could not be reached: {type(err).__name__}: {err}", **facts)
-        return await self._turn(ctx, agent, message, facts)
+        return await self._turn(ctx, agent, message, facts, principal)
 
     async def _turn(
-        self, ctx: ServerRequestContext[Any], agent: Any, message: str, facts: dict[str, Any]
+        self,
+        ctx: ServerRequestContext[Any],
+        agent: Any,
+        message: str,
+        facts: dict[str, Any],
+        principal: Principal | None = None,
     ) -> types.CallToolResult:
         request_id = f"mcp-{uuid.uuid4().hex[:16]}"
         facts["requestId"] = request_id
         reply = _Reply()
         try:
-            async for chunk in agent.chat(message, request_id=request_id):
+            stream = agent.chat(message, request_id=request_id, principal=principal)
+            async for chunk in stream:
                 update = reply.add(chunk)
                 if update is not None:
                     reply.steps += 1
@@ -188,6 +208,8 @@ class _AgentTools:
             return _error(f"the turn failed: {err.message}", **facts, status="error")
         except Exception as err:
             return _error(f"the turn failed: {type(err).__name__}: {err}", **facts, status="error")
+        if self.access is not None and principal is not None:
+            await self.access.turn_used(principal, _tokens(stream.outcome))
         facts.update(messageId=reply.message_id, status=reply.status)
         if reply.error is not None:
             return _error(f"the turn failed: {reply.error}", **facts)
@@ -196,9 +218,18 @@ class _AgentTools:
         return types.CallToolResult(content=[types.TextContent(type="text", text=reply.text)], structured_content=facts)
 
 
-def agents_mcp_server(directory: AgentDirectory, *, name: str = "think-actors") -> Server[Any]:
+def _principal(ctx: ServerRequestContext[Any]) -> Principal | None:
+    """Who sent the MCP request: the gateway authenticated it and put it in the request's ASGI scope."""
+    scope = getattr(ctx.request, "scope", None)
+    found = scope.get(_SCOPE_KEY) if isinstance(scope, dict) else None
+    return found if isinstance(found, Principal) else None
+
+
+def agents_mcp_server(
+    directory: AgentDirectory, *, name: str = "think-actors", access: Access | None = None
+) -> Server[Any]:
     """The SDK's low-level ``Server`` whose tools are the directory's agent classes."""
-    tools = _AgentTools(directory)
+    tools = _AgentTools(directory, access)
     return Server(name, version=_VERSION, on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
 
 
@@ -207,8 +238,8 @@ class McpEndpoint:
 
     PATH = "/mcp"
 
-    def __init__(self, directory: AgentDirectory, *, max_body_bytes: int):
-        self.server = agents_mcp_server(directory)
+    def __init__(self, directory: AgentDirectory, *, max_body_bytes: int, access: Access | None = None):
+        self.server = agents_mcp_server(directory, access=access)
         # The gateway's guard checks token, Origin and Host before a request gets here (module docstring).
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self._manager = StreamableHTTPSessionManager(
@@ -286,6 +317,7 @@ async def _serve_asgi(
         "headers": [(k.lower(), v) for k, v in request.raw_headers],
         "client": tuple(peer[:2]) if isinstance(peer, tuple) else None,
         "server": (host, int(port)) if port.isdigit() else None,
+        _SCOPE_KEY: request.get(PRINCIPAL),  # the call's handler authorizes the agent it names for them
     }
 
     async def receive() -> Message:

@@ -49,6 +49,7 @@ class _Socket(web.WebSocketResponse):
         super().__init__(max_msg_size=limit * 2 + 1024, **options)
         self.limit = limit
         self.trace_headers: dict[str, str] = {}  # the upgrade request's W3C trace context: its turns' parent
+        self.principal: Any = None  # who opened it (access.py): its turns act for them
 
     async def close(self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True) -> bool:
         if code == WSCloseCode.MESSAGE_TOO_BIG and not self.closed:

@@ -16,7 +16,9 @@ from .. import tracing
 from ..errors import ConfigurationError
 from ..limits import RunLimits
 from ..messages import UIMessage
+from ..turn_metadata import stamp_principal
 from . import protocol
+from .access import Access
 from .protocol import FrameError
 from .relay import Relays
 from .rooms import OWN_KEPT, _Room
@@ -32,6 +34,7 @@ class ChatTurns(Relays):
     """Chat requests and tool answers of the room's sockets (``Gateway`` builds on this)."""
 
     client_limits = False  # whether a chat request's body may carry runLimits (Gateway(client_limits=True))
+    access: Access  # who may do what, and how much (Gateway sets it)
 
     async def _tool_answer(
         self, ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any], call: str, answer: Awaitable[bool]
@@ -81,13 +84,14 @@ class ChatTurns(Relays):
 
         return undo
 
-    async def _new_messages(self, agent: Any, incoming: list[UIMessage]) -> list[UIMessage]:
+    async def _new_messages(self, ws: Any, agent: Any, incoming: list[UIMessage]) -> list[UIMessage]:
         """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
-        return [_stamp_web(m) for m in reconcile(incoming, await agent.get_messages())]
+        principal = getattr(ws, "principal", None)
+        return [stamp_principal(_stamp_web(m), principal) for m in reconcile(incoming, await agent.get_messages())]
 
     async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, incoming: list[UIMessage]) -> int:
         """Store the request's messages the server does not have yet, before the turn is queued."""
-        new = await self._new_messages(agent, incoming)
+        new = await self._new_messages(ws, agent, incoming)
         if new:
             await agent.add_messages(new)
             await self._broadcast_messages(room, agent, skip=ws)
@@ -119,7 +123,7 @@ class ChatTurns(Relays):
             await self._send_messages(ws, agent)
             await ws.send_str(protocol.skipped_frame(request_id, body))
             return
-        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(agent, incoming)):
+        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(ws, agent, incoming)):
             await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
             return
         # Stored now, before the turn is queued, even while another turn runs (reference §1.1, §2.3).
@@ -156,6 +160,7 @@ class ChatTurns(Relays):
     ) -> None:
         """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
         generation = room.generation
+        principal = getattr(sender, "principal", None)
         try:
             if sequence and debounce_s and sequence == room.newest:
                 await asyncio.sleep(debounce_s)  # trailing edge: a newer message may still come
@@ -186,11 +191,14 @@ class ChatTurns(Relays):
                         client_tools=client_tools,
                         branch_from=branch,
                         limits=_client_limits(body, room.agent_class),
+                        principal=principal,
                     )
                     origin = protocol.origin_message_ids(body["messages"])
                     await self._pump(
                         room, agent, request_id, stream, continuation=False, origin=origin, started=started
                     )
+                if principal is not None:
+                    await self.access.turn_used(principal, _tokens(stream.outcome))
         finally:
             started.set()
             room.in_flight -= 1
@@ -214,6 +222,17 @@ def run_limits(request_id: str, body: dict[str, Any], allowed: bool) -> None:
         RunLimits.of(body["runLimits"])
     except (ValidationError, ConfigurationError) as err:
         raise protocol.RequestError(request_id, f"runLimits: {err}") from None
+
+
+def _tokens(outcome: Any) -> int:
+    """The model tokens a finished turn used, every agent it started included (what a daily quota counts)."""
+    tree = getattr(outcome, "tree_usage", None)
+    if tree is not None and tree.total_tokens:
+        return int(tree.total_tokens)
+    usage = getattr(outcome, "usage", None)
+    if usage is None:
+        return 0
+    return int((usage.input_tokens or 0) + (usage.output_tokens or 0))
 
 
 def _client_limits(body: dict[str, Any], agent_class: Any) -> RunLimits | None:

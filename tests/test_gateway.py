@@ -283,7 +283,8 @@ def test_the_cli_refuses_a_public_host_without_a_token_and_modules_without_agent
     check_binding("127.0.0.1", None)
     check_binding("::1", None)
     check_binding("0.0.0.0", "token")
-    with pytest.raises(ta.ConfigurationError, match="without a token"):
+    check_binding("0.0.0.0", None, authenticate=lambda request: None)
+    with pytest.raises(ta.ConfigurationError, match="without authentication: pass --token, define authenticate"):
         check_binding("0.0.0.0", None)
     with pytest.raises(ta.ConfigurationError, match="cannot import"):
         agent_classes("no.such.module")
@@ -328,7 +329,7 @@ async def test_think_actors_serve_runs_the_gateway_for_an_app_module(tmp_path: A
     )
     _, stderr = await asyncio.wait_for(refused.communicate(), 60)
     assert refused.returncode == 2
-    assert "refusing to serve on '0.0.0.0' without a token" in stderr.decode()
+    assert "refusing to serve on '0.0.0.0' without authentication" in stderr.decode()
 
 
 class Payments(ta.Think):

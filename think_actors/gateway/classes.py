@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from typing import Any
 
 from ..agent import Think
 from ..errors import ConfigurationError
+from ..quotas import Quotas
 
-__all__ = ["DEFAULT_APP", "SETUP_FUNCTION", "agent_classes", "run_app_setup"]
+__all__ = ["ACCESS_NAMES", "DEFAULT_APP", "SETUP_FUNCTION", "agent_classes", "app_access", "run_app_setup"]
 
 DEFAULT_APP = "agents.team"
 SETUP_FUNCTION = "setup"
+# What an --app module may define at its top level for the gateway: Gateway's options of the same names.
+ACCESS_NAMES = ("authenticate", "authorize", "quotas")
 
 
 async def run_app_setup(module_name: str) -> bool:
@@ -45,4 +49,26 @@ def agent_classes(module_name: str) -> list[type[Think]]:
     found = [v for v in vars(module).values() if inspect.isclass(v) and issubclass(v, Think) and v is not Think]
     if not found:
         raise ConfigurationError(f"--app module {module_name!r} defines no Think subclass to serve")
+    return found
+
+
+def app_access(module_name: str) -> dict[str, Any]:
+    """The gateway options the ``--app`` module defines at its top level: ``authenticate`` (an async function of
+    the request returning a ``ta.Principal``, or a ``JWTAuth``), ``authorize`` (a function of the principal, the
+    agent path and the action, or an ``OwnerRule``) and ``quotas`` (``Quotas`` or a dict of its fields).
+
+    Read again in every process that serves (each gateway actor on Ray imports the module itself), so they need
+    not pickle."""
+    module = importlib.import_module(module_name)
+    found = {name: vars(module)[name] for name in ACCESS_NAMES if vars(module).get(name) is not None}
+    for name in ("authenticate", "authorize"):
+        if name in found and not callable(found[name]):
+            raise ConfigurationError(
+                f"--app module {module_name!r}: {name} must be a function (or JWTAuth / OwnerRule), not "
+                f"{type(found[name]).__name__}"
+            )
+    if "quotas" in found and not isinstance(found["quotas"], Quotas | dict):
+        raise ConfigurationError(
+            f"--app module {module_name!r}: quotas must be think_actors.gateway.Quotas or a dict of its fields"
+        )
     return found

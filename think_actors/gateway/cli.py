@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..errors import ConfigurationError
 from .app import Gateway
-from .classes import DEFAULT_APP, agent_classes, run_app_setup
+from .classes import DEFAULT_APP, agent_classes, app_access, run_app_setup
 from .directory import AgentDirectory, LocalDirectory, RayDirectory
 from .security import OriginPolicy
 from .terminal import run_chat
@@ -29,11 +29,14 @@ __all__ = ["DEFAULT_APP", "agent_classes", "check_binding", "main"]
 _WATCH_S = 5.0  # how often ``serve`` looks for machines and nodes that joined the cluster
 
 
-def check_binding(host: str, token: str | None) -> None:
-    """Refuse to expose agents beyond this machine without a token."""
+def check_binding(host: str, token: str | None, authenticate: Any = None) -> None:
+    """Refuse to expose agents beyond this machine without authentication."""
     loopback = host in ("localhost", "") or _is_loopback(host)
-    if not loopback and not token:
-        raise ConfigurationError(f"refusing to serve on {host!r} without a token: pass --token (or serve on 127.0.0.1)")
+    if not loopback and not token and authenticate is None:
+        raise ConfigurationError(
+            f"refusing to serve on {host!r} without authentication: pass --token, define authenticate in the --app "
+            "module, or serve on 127.0.0.1"
+        )
 
 
 def _is_loopback(host: str) -> bool:
@@ -114,9 +117,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "chat":
         return _chat(args)
     try:
-        check_binding(args.host, args.token)
-        OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
         classes = agent_classes(args.app)
+        access = app_access(args.app)
+        if args.token is not None and "authenticate" in access:
+            raise ConfigurationError(
+                f"--token and the --app module's authenticate both say who may use the gateway: keep one "
+                f"({args.app}.authenticate, or --token)"
+            )
+        check_binding(args.host, args.token, access.get("authenticate"))
+        OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
     except ConfigurationError as err:
         print(f"think-actors: {err.message}", file=sys.stderr)
         return 2
@@ -128,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.client_limits:
         options["client_limits"] = True
     if args.local:
-        app = Gateway(LocalDirectory(classes), **options).app()
+        app = Gateway(LocalDirectory(classes), **options, **access).app()
 
         async def setup(_: web.Application) -> None:  # the module's setup(), in the loop that serves
             await run_app_setup(args.app)

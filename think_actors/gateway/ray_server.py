@@ -9,7 +9,7 @@ from aiohttp import web
 
 from ..runtime import RuntimeConfig, _call, _process_setup, _require_config
 from .app import Gateway
-from .classes import agent_classes
+from .classes import agent_classes, app_access
 from .directory import RayDirectory
 
 __all__ = ["GatewayServer", "start_gateways"]
@@ -26,7 +26,9 @@ class GatewayServer:
         self.runner: Any = None
 
     async def start(self, host: str, port: int) -> str:
-        gateway = Gateway(RayDirectory(agent_classes(self.app_module)), **self.gateway_options)
+        # The module's authenticate / authorize / quotas are read here, in this process: they need not pickle.
+        options = {**app_access(self.app_module), **self.gateway_options}
+        gateway = Gateway(RayDirectory(agent_classes(self.app_module)), **options)
         self.runner = web.AppRunner(gateway.app())
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port)

@@ -14,6 +14,7 @@ import pytest
 import think_actors as ta
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, Usage
 from think_actors.schedule import SystemClock, deliver_to
+from think_actors.testing import ScriptedModel, text, tool_call
 
 BERLIN = ZoneInfo("Europe/Berlin")
 START = dt.datetime(2026, 12, 7, 8, 0, tzinfo=BERLIN).timestamp()  # a Monday
@@ -269,3 +270,38 @@ async def test_a_fire_for_an_agent_that_is_not_attached_fails_after_its_attempts
     [fire] = await scheduler.store.list_fires("inbox/ghost")
     assert fire.status == "failed" and "no agent 'inbox/ghost' is attached" in (fire.error or "")
     assert isinstance(SystemClock().now(), float)
+
+
+class Busy(ta.Think):
+    """Notes something down, then answers: two model requests a turn."""
+
+    default_timezone = "Europe/Berlin"
+
+    @ta.tool
+    async def note(self) -> str:
+        """Note it."""
+        return "noted"
+
+
+async def test_a_scheduled_prompt_runs_its_turn_with_the_tasks_limits() -> None:
+    clock = ta.ManualClock(START)
+    scheduler = ta.LocalScheduler(clock=clock)
+    model = ScriptedModel([tool_call("note", {}), text("done"), tool_call("note", {}), text("done")])
+    agent = Busy("busy", model=model, store=ta.MemoryStore())
+    await scheduler.attach(agent)
+    tight = await agent.schedule(30, "note it", task_id="tight", limits={"max_requests": 1})
+    await agent.schedule(60, "note it again", task_id="free")  # no limits: the class's (none)
+    assert tight.limits == {"max_requests": 1}
+    clock.advance(61)
+    assert len(await scheduler.tick()) == 2
+    ended = {}
+    for submission in await agent.list_submissions():
+        done = await agent.wait_for_submission(submission.submission_id, timeout_s=10)
+        ended[done.metadata["schedule"]["task_id"]] = (done.status, done.error or "")
+    assert ended["free"] == ("completed", "")
+    status, error = ended["tight"]
+    assert status == "error" and "max_requests limit (1)" in error  # its second request was refused
+    with pytest.raises(ta.ConfigurationError, match="The fields are max_input_tokens"):
+        await agent.schedule(30, "x", limits={"max_tokens": 5})
+    with pytest.raises(ta.ConfigurationError, match="a handler task has none"):
+        await agent.schedule(30, handler="note", limits={"max_requests": 1})

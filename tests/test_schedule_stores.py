@@ -53,6 +53,9 @@ async def test_tasks_are_kept_listed_replaced_and_deleted(opener: Opener) -> Non
     await b.schedule(30, "other agent", task_id="t1")
     assert [(t.task_id, t.next_at) for t in await a.list()] == [("t1", START + 60), ("t2", START + 7200)]
     assert (await a.list())[1].metadata == {"k": [1, 2]}
+    await a.schedule(90, "bounded", task_id="t3", limits=ta.RunLimits(max_requests=3, timeout_s=60))
+    assert [t.limits for t in await a.list() if t.task_id == "t3"] == [{"max_requests": 3, "timeout_s": 60.0}]
+    assert await a.cancel("t3")
     await a.schedule(10, "replaced", task_id="t2")
     assert [(t.task_id, t.prompt) for t in await a.list()] == [("t2", "replaced"), ("t1", "soon")]
     assert await a.cancel("t2") and not await a.cancel("t2")

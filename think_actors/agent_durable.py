@@ -114,16 +114,26 @@ class DurableEntryPoints:
         task_id: str | None = None,
         retry: RetryPolicy | None = None,
         timezone: str | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> TaskInfo:
         """Schedule a prompt (a string: it becomes a submission) or a handler (a method of this agent, or its name).
 
         ``when``: seconds from now or a datetime (once), or a spec (``"every 2 hours"``, ``"every day at 09:00 in
         Europe/Paris"``, ``"0 9 * * mon-fri"``). See ``think_actors.schedule`` for occurrences and DST rules.
+        ``limits`` (``RunLimits`` or a dict of its fields) bounds every turn the prompt starts, in place of the
+        class's ``run_limits``; it is stored with the task.
         """
         if callable(prompt):
             handler, prompt = getattr(prompt, "__name__", ""), None
         return await self._schedule_binding().schedule(
-            when, prompt, handler=handler, metadata=metadata, task_id=task_id, retry=retry, timezone=timezone
+            when,
+            prompt,
+            handler=handler,
+            metadata=metadata,
+            task_id=task_id,
+            retry=retry,
+            timezone=timezone,
+            limits=limits,
         )
 
     async def list_schedules(self) -> list[TaskInfo]:

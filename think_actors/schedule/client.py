@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..limits import RunLimits
 from .clock import Clock, SystemClock
 from .spec import Schedule, parse_schedule
 from .store import ScheduleStore
@@ -64,13 +65,19 @@ class AgentSchedules:
         task_id: str | None = None,
         retry: RetryPolicy | None = None,
         timezone: str | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
     ) -> TaskInfo:
         """Add a task (or replace the agent's task ``task_id``) and return it.
 
         ``when``: seconds from now or a datetime (one shot), or a schedule spec (recurring: Think's language or
-        cron) or a ``Schedule``. ``timezone`` is the zone of a spec without one (default: the agent's).
+        cron) or a ``Schedule``. ``timezone`` is the zone of a spec without one (default: the agent's). ``limits``
+        (``RunLimits`` or a dict of its fields) bounds each turn a prompt starts, instead of the class's
+        ``run_limits``.
         """
         check_action(prompt, handler)
+        run_limits = RunLimits.of(limits)
+        if run_limits is not None and prompt is None:
+            raise ConfigurationError("limits= bounds the turn a scheduled prompt starts: a handler task has none")
         zone = timezone or self.default_timezone
         schedule = _schedule_of(when, zone, self.clock.now())
         now = self.clock.now()
@@ -89,6 +96,7 @@ class AgentSchedules:
             source="runtime",
             created_at=now,
             next_at=schedule.first_after(now, now),
+            limits=run_limits.model_dump(exclude_none=True) if run_limits is not None else None,
         )
         await self.store.put_task(task)
         self._changed()

@@ -48,8 +48,9 @@ async def deliver_to(agent: Any, fire: FireRecord) -> Any:
     facts = fire.facts()
     task = fire.task
     if task.prompt is not None:
+        options: dict[str, Any] = {} if task.limits is None else {"limits": task.limits}
         return await agent.submit_messages(
-            task.prompt, idempotency_key=facts["idempotency_key"], metadata={"schedule": facts}
+            task.prompt, idempotency_key=facts["idempotency_key"], metadata={"schedule": facts}, **options
         )
     assert task.handler is not None
     return await agent.run_scheduled_task(task.handler, facts)

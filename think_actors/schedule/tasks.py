@@ -245,6 +245,7 @@ class TaskRecord:
     source: Literal["class", "runtime"]
     created_at: float
     next_at: float | None
+    limits: dict[str, Any] | None = None  # a prompt's RunLimits (their set fields), for the turn it starts
 
     def parsed(self) -> Schedule:
         if self.kind == "once":
@@ -266,6 +267,8 @@ class TaskRecord:
             "source": self.source,
             "created_at": self.created_at,
         }
+        if self.limits is not None:  # in the JSON body: no column, and rows without it read as before
+            fields["limits"] = self.limits
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
@@ -296,6 +299,7 @@ class TaskRecord:
             source=self.source,
             next_at=self.next_at,
             created_at=self.created_at,
+            limits=self.limits,
         )
 
 
@@ -313,6 +317,7 @@ class TaskInfo:
     source: Literal["class", "runtime"]
     next_at: float | None
     created_at: float
+    limits: dict[str, Any] | None = None  # the RunLimits fields a prompt's turn runs with (None: the class's)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,8 @@ from think_actors.models import FinishEvent, ModelEvent, TextDelta, ToolCallDelt
 
 USAGE = Usage(input_tokens=100, output_tokens=10, total_tokens=110)
 CLOCK = "bench-limits-clock"
+TOKEN_GAP_S = 0.02  # a provider streaming 50 tokens a second
+CALL_TOKENS = 10  # a tool call's arguments, streamed at the same pace
 
 
 @ray.remote(num_cpus=0)
@@ -45,14 +47,23 @@ async def _clock(method: str) -> None:
 
 
 class FanModel:
-    """Calls ``tool`` ``fanout`` times at once, then answers in ``tokens`` text deltas; ``pause_s`` before answering."""
+    """Calls ``tool`` ``fanout`` times at once, then answers in ``tokens`` text deltas; ``pause_s`` before answering.
+    With ``gap_s`` it streams at a provider's pace: each text token ``gap_s`` after the one before, and a step of
+    tool calls after ``CALL_TOKENS`` such gaps (the calls' arguments)."""
 
     model_id = "fan-stand-in"
 
     def __init__(
-        self, tool: str | None = None, fanout: int = 0, pause_s: float = 0.0, clocked: bool = False, tokens: int = 1
+        self,
+        tool: str | None = None,
+        fanout: int = 0,
+        pause_s: float = 0.0,
+        clocked: bool = False,
+        tokens: int = 1,
+        gap_s: float = 0.0,
     ):
         self.tool, self.fanout, self.pause_s, self.clocked, self.tokens = tool, fanout, pause_s, clocked, tokens
+        self.gap_s = gap_s
 
     async def stream(self, request: ta.ModelRequest) -> AsyncIterator[ModelEvent]:
         if self.clocked:
@@ -60,11 +71,15 @@ class FanModel:
         if self.pause_s:
             await asyncio.sleep(self.pause_s)
         if self.tool and request.messages[-1]["role"] != "tool":
+            if self.gap_s:
+                await asyncio.sleep(self.gap_s * CALL_TOKENS)
             for index in range(self.fanout):
                 yield ToolCallDelta(index, f"call-{uuid.uuid4().hex[:12]}", self.tool, '{"input": "go"}')
             yield FinishEvent("tool_calls", USAGE)
         else:
             for _ in range(self.tokens):
+                if self.gap_s:
+                    await asyncio.sleep(self.gap_s)
                 yield TextDelta("word ")
             yield FinishEvent("stop", USAGE)
 
@@ -81,6 +96,20 @@ class QuickLead(ta.Think):
 
     model = FanModel("quick_child", 1, tokens=60)
     tools = (ta.agent_tool(QuickChild, description="Do it."),)
+
+
+class PacedChild(ta.Think):
+    """``QuickChild`` whose model streams at a real provider's pace."""
+
+    model = FanModel(tokens=60, gap_s=TOKEN_GAP_S)
+    hosting = "shared"
+
+
+class PacedLead(ta.Think):
+    """``QuickLead`` whose model (and its child's) streams at a real provider's pace: how users run."""
+
+    model = FanModel("paced_child", 1, tokens=60, gap_s=TOKEN_GAP_S)
+    tools = (ta.agent_tool(PacedChild, description="Do it."),)
 
 
 class HangingFetcher(ta.Think):

@@ -86,10 +86,12 @@ class QuotaBook:
         quotas, now = self.quotas, self._clock()
         usage = self._usage(principal_id, now)
         if quotas.tokens_per_day is not None and usage.tokens >= quotas.tokens_per_day:
+            retry = int((usage.day + 1) * _DAY_S - now) + 1
             raise QuotaExceeded(
                 "tokens_per_day",
-                f"{principal_id!r} used its {quotas.tokens_per_day} model tokens of today (UTC): try again tomorrow",
-                int((usage.day + 1) * _DAY_S - now) + 1,
+                f"{principal_id!r} used its {quotas.tokens_per_day} model tokens of today (UTC): try again in "
+                f"{retry} s, after midnight UTC",
+                retry,
             )
         if quotas.turns_per_minute is not None and len(usage.turns) >= quotas.turns_per_minute:
             retry = int(usage.turns[0] + 60 - now) + 1

@@ -42,6 +42,8 @@ class LocalQuotas:
 
     def __init__(self, quotas: Quotas, path: str | None = None):
         self.book = QuotaBook(quotas)
+        if path:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.store = SQLiteStore(path, agent="gateway-quotas") if path else None
         self._loaded: set[str] = set()
         self._lock = asyncio.Lock()

@@ -56,7 +56,23 @@ _TRACED_ROUTES = ("/agents/", "/mcp")  # the routes that reach agents (not the p
 
 
 class Gateway(ChatTurns):
-    """The aiohttp application in front of an ``AgentDirectory``."""
+    """The aiohttp application in front of an ``AgentDirectory`` (``app()`` builds it).
+
+    Args:
+        directory: where the agents live: ``LocalDirectory`` (in this process) or ``RayDirectory``.
+        token: one shared token every request must carry (``SharedToken``); or give ``authenticate``.
+        authenticate: an async function of the request returning the ``ta.Principal`` who sent it, or raising
+            ``Unauthenticated`` (401) / ``AuthUnavailable`` (503); ``JWTAuth`` is one. Without it or a token, the
+            gateway serves loopback requests only, all as one user.
+        authorize: ``(principal, "<class-slug>/<name>", action) -> True | False | reason`` (may be async) for
+            every action (``read``, ``chat``, ``respond``, ``cancel``, ``clear``); ``OwnerRule()`` is one.
+            Default: everything allowed.
+        quotas: ``Quotas`` (or a dict of its fields) per principal, counted for every gateway of these agents.
+        allowed_origins: origins of other sites' pages that may use the gateway.
+        max_frame_bytes: the largest frame a socket may send.
+        mcp: also serve the agent classes as MCP tools at ``/mcp``.
+        client_limits: let a chat request's body lower its ``RunLimits`` (``runLimits``).
+    """
 
     def __init__(
         self,
@@ -300,8 +316,11 @@ class Gateway(ChatTurns):
                 try:
                     await self.access.start_turn(ws.principal)  # type: ignore[attr-defined]
                 except QuotaExceeded as err:
+                    raise protocol.RequestError(request_id, f"quota {err.quota}: {err.message}") from None
+                except Exception as err:  # the counts could not be reached: refused, nothing stored
+                    log.warning("the quota of a chat request could not be checked", exc_info=True)
                     raise protocol.RequestError(
-                        request_id, f"quota {err.quota}: {err.message} (retry after {err.retry_after_s} s)"
+                        request_id, f"the quota could not be checked ({type(err).__name__}: {err}): send it again"
                     ) from None
                 await self._chat_request(ws, room, agent, request_id, body, incoming)
             elif kind == protocol.CHAT_REQUEST_CANCEL:

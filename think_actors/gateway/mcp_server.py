@@ -171,7 +171,7 @@ class _AgentTools:
             try:
                 await self.access.start_turn(principal)
             except QuotaExceeded as err:
-                return _error(f"quota {err.quota}: {err.message} (retry after {err.retry_after_s} s)", **facts)
+                return _error(f"quota {err.quota}: {err.message}", **facts)
         try:
             agent = await self.directory.get(slug, name)
         except ThinkError as err:

@@ -661,3 +661,16 @@ async def test_the_root_span_carries_the_trees_totals_and_the_limit_that_ended_i
     assert attributes["think_actors.run.limit"] == "max_requests"
     researchers = named(spans, "invoke_agent Researcher")
     assert researchers and all(s.attributes["gen_ai.usage.input_tokens"] == 100 for s in researchers)
+
+
+async def test_a_turns_span_says_who_sent_it(spans: InMemorySpanExporter) -> None:
+    alice = ta.Principal(id="alice", roles=frozenset({"editor", "reader"}))
+    agent = ta.Think("who", model=ScriptedModel([text("hi"), text("again")]), store=ta.MemoryStore())
+
+    await agent.save_messages("hello", principal=alice)
+    await agent.save_messages("nobody said")
+
+    first, second = named(spans, "invoke_agent Think")
+    assert (first.attributes or {})["user.id"] == "alice"
+    assert list((first.attributes or {})["user.roles"]) == ["editor", "reader"]
+    assert "user.id" not in (second.attributes or {})

@@ -86,6 +86,10 @@ class LocalAgentHandle:
         messages: list[UIMessage] = await self.agent.load_messages()
         return messages
 
+    async def load_messages(self) -> list[UIMessage]:
+        """``Think.load_messages``: what code that takes an agent or a handle awaits."""
+        return await self.get_messages()
+
     async def cancel_chat(self, request_id: str, reason: str | None = None) -> bool:
         return bool(self.agent.cancel_chat(request_id, reason))
 

@@ -307,6 +307,11 @@ class AgentHandle:
         messages: list[UIMessage] = await self._invoke("get_messages", safe=True)
         return messages
 
+    async def load_messages(self) -> list[UIMessage]:
+        """The agent's transcript, as ``Think.load_messages`` (the same as ``get_messages`` on a handle): code that
+        takes an agent or a handle awaits this one."""
+        return await self.get_messages()
+
     async def search_messages(self, query: str, *, limit: int = 20) -> list[MessageHit]:
         """``Think.search_messages`` on the actor (woken if it hibernates): its stored messages matching ``query``."""
         hits: list[MessageHit] = await self._forward_safe("search_messages", query, limit=limit)

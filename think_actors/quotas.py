@@ -4,9 +4,10 @@
 gateway of a deployment asks: the gateway itself when it is the only one (saved in a store, so a restart keeps the
 counts), the cluster's quotas actor on Ray. A refusal is ``QuotaExceeded``: which quota, and when to try again.
 
-What counts: a turn when the gateway accepts a chat request (or an MCP tool call) and before it stores anything, so
-a refused request loses nothing and an accepted one is never refused later; tokens when the turn ends, from the
-model's reported usage (the turn and every agent it started); a socket while it is open. Tokens are checked at a
+What counts: a turn when the gateway accepts a chat request, an MCP tool call, or a tool answer that asks for a
+continuation, before it stores or applies anything, so a refused request loses nothing and an accepted one is never
+refused later; tokens when the turn ends, from the model's reported usage (the turn and every agent it started);
+a socket while it is open. Tokens are checked at a
 turn's start: a turn that starts under the day's budget runs to its end, so the day's total may pass the budget by
 what the turns running at that moment use.
 """

@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import ThinkError
 from ..mcp.manager import MCP_SERVERS_CHANGED
 from . import protocol
+from .access import Access
 from .resume import Resumes, _bounded
 from .rooms import _cleared, _Room, _Stream
 from .wire import _NO_CONTENT, _agent_tool_frame, wire_message
@@ -26,6 +27,8 @@ _BACKGROUND = frozenset({"auto-continuation", "recovery", "submission"})
 
 class Relays(Resumes):
     """Following an agent and pumping its turns to the room (``Gateway`` builds on this)."""
+
+    access: Access  # who may do what, and how much (Gateway sets it): continuations' tokens are counted here
 
     async def _follow(self, room: _Room, agent: Any) -> None:
         """Relay what the agent does without a socket asking: message updates, clears, and the streams of every
@@ -65,6 +68,10 @@ class Relays(Resumes):
             elif event.type == "chat:context:compacted":
                 frame = {"type": protocol.SESSION, "phase": "idle", "compacted": bool(event.payload.get("shortened"))}
                 self._spawn(room.send(protocol.dumps(frame)))
+            if event.type == "chat:turn:finish" and event.payload.get("continuation") and room.payers:
+                usage = event.payload.get("usage") or {}
+                tokens = int(usage.get("inputTokens") or 0) + int(usage.get("outputTokens") or 0)
+                self._spawn(self.access.turn_used(room.payers.pop(0), tokens))
             if event.type == "chat:turn:start" and event.payload.get("trigger") in _BACKGROUND:
                 request_id = event.payload["requestId"]
                 continuation = bool(event.payload.get("continuation"))

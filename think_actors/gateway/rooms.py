@@ -94,6 +94,9 @@ class _Room:
         self.own: dict[str, None] = {}
         self.clearing = 0  # the room's own clears whose message:clear has not come yet (they are broadcast)
         self.mcp_sent: str | None = None  # the last cf_agent_mcp_servers frame the room's sockets got
+        # Who pays for the continuations this gateway's sockets asked for (a tool answer with autoContinue), in
+        # order: their tokens are counted when each ends (access.py). Only the gateway that took the answer has it.
+        self.payers: list[Any] = []
 
     async def send(self, text: str, *, skip: web.WebSocketResponse | None = None, live: bool = False) -> None:
         """Send to every socket; a stream's ``live`` frames skip the sockets that are to get them by replay."""

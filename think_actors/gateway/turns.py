@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..limits import RunLimits
 from ..messages import UIMessage
 from ..turn_metadata import stamp_principal
 from . import protocol
-from .access import Access
+from .access import QuotaExceeded
 from .protocol import FrameError
 from .relay import Relays
 from .rooms import OWN_KEPT, _Room
@@ -34,18 +35,29 @@ class ChatTurns(Relays):
     """Chat requests and tool answers of the room's sockets (``Gateway`` builds on this)."""
 
     client_limits = False  # whether a chat request's body may carry runLimits (Gateway(client_limits=True))
-    access: Access  # who may do what, and how much (Gateway sets it)
 
     async def _tool_answer(
         self, ws: web.WebSocketResponse, room: _Room, frame: dict[str, Any], call: str, answer: Awaitable[bool]
     ) -> None:
         """Apply a tool result or approval. One that no waiting call takes is refused and arms no continuation
         (the reference takes it silently, and its sockets then wait for a continuation that never comes)."""
+        principal = getattr(ws, "principal", None)
+        paying = bool(frame.get("autoContinue")) and principal is not None
+        if paying:  # the continuation it asks for is a turn of theirs: counted now, refused before it is applied
+            try:
+                await self.access.start_turn(principal)
+            except QuotaExceeded as err:
+                if inspect.iscoroutine(answer):
+                    answer.close()  # never applied
+                raise FrameError(f"quota {err.quota}: {err.message}") from None
+            room.payers.append(principal)
         undo = self._expect_continuation(ws, room, frame)  # before the answer: the continuation may start at once
         relayed = room.relayed[call] = asyncio.Event()
         try:
             if not await answer:
                 undo()
+                if paying:
+                    room.payers.remove(principal)
                 raise FrameError(
                     f"no tool call {call!r} waits for an answer: the id is unknown, or the call was answered "
                     "already (the first answer wins)"

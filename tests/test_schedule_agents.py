@@ -305,3 +305,34 @@ async def test_a_scheduled_prompt_runs_its_turn_with_the_tasks_limits() -> None:
         await agent.schedule(30, "x", limits={"max_tokens": 5})
     with pytest.raises(ta.ConfigurationError, match="a handler task has none"):
         await agent.schedule(30, handler="note", limits={"max_requests": 1})
+
+
+class Declared(Busy):
+    """Declares a prompt with its own limits and one without."""
+
+    schedules = [
+        ta.every("30 seconds", "note it", id="tight", limits=ta.RunLimits(max_requests=1)),
+        ta.every("1 minute", "note it again", id="free"),
+    ]
+
+
+async def test_a_class_declared_prompt_carries_its_limits_to_its_turns() -> None:
+    clock = ta.ManualClock(START)
+    scheduler = ta.LocalScheduler(clock=clock)
+    model = ScriptedModel([tool_call("note", {}), text("done"), tool_call("note", {}), text("done")])
+    agent = Declared("declared", model=model, store=ta.MemoryStore())
+    await scheduler.attach(agent)
+    listed = {t.task_id: t.limits for t in await agent.list_schedules()}
+    assert listed == {"tight": {"max_requests": 1}, "free": None}
+    clock.advance(61)
+    await scheduler.tick()
+    ended = {}
+    for submission in await agent.list_submissions():
+        done = await agent.wait_for_submission(submission.submission_id, timeout_s=10)
+        ended[done.metadata["schedule"]["task_id"]] = (done.status, done.error or "")
+    assert ended["free"] == ("completed", "")
+    assert ended["tight"][0] == "error" and "max_requests limit (1)" in ended["tight"][1]
+    with pytest.raises(ta.ConfigurationError, match="a handler task has none"):
+        ta.every("1 hour", handler="note", limits={"max_requests": 1})
+    with pytest.raises(ta.ConfigurationError, match="The fields are max_input_tokens"):
+        ta.every("1 hour", "x", limits={"max_tokens": 5})

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from ..errors import ConfigurationError
+from ..limits import RunLimits
 from .spec import Schedule, ScheduleKind, parse_schedule
 
 __all__ = [
@@ -66,7 +67,9 @@ class ScheduledTask:
     """A task declared on an agent class (``schedules = [ta.every("1 hour", "check the inbox")]``).
 
     Exactly one of ``prompt`` and ``handler`` is set. ``id`` names the task across restarts (default: derived from
-    the schedule and what it does, so an unchanged declaration keeps its place in the store).
+    the schedule and what it does, so an unchanged declaration keeps its place in the store). ``limits``
+    (``RunLimits`` or a dict of its fields) bounds each turn a prompt starts, in place of the class's
+    ``run_limits``; it is kept as the dict of the fields set.
     """
 
     schedule: str
@@ -75,11 +78,17 @@ class ScheduledTask:
     id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     retry: RetryPolicy = RetryPolicy()
+    limits: Any = None
 
     def __post_init__(self) -> None:
         check_action(self.prompt, self.handler)
         check_metadata(self.metadata)
         parse_schedule(self.schedule)  # a bad spec fails where the class is defined
+        if self.limits is not None:
+            if self.prompt is None:
+                raise ConfigurationError("limits= bounds the turn a scheduled prompt starts: a handler task has none")
+            checked = RunLimits.of(self.limits)
+            object.__setattr__(self, "limits", checked.model_dump(exclude_none=True) if checked else None)
 
     def task_id(self) -> str:
         if self.id is not None:
@@ -137,6 +146,7 @@ class ClassDeclaration:
                     source="class",
                     created_at=now,
                     next_at=schedule.first_after(now, now),
+                    limits=task.limits,
                 )
             )
         return records
@@ -161,6 +171,7 @@ class ClassDeclaration:
                 "id": t.id,
                 "metadata": t.metadata,
                 "retry": [t.retry.max_attempts, t.retry.base_delay_s, t.retry.max_delay_s],
+                **({"limits": t.limits} if t.limits is not None else {}),
             }
             for t in self.tasks
         ]

@@ -16,7 +16,7 @@ from tree_agents import STEP_COST, STEP_TOKENS, CappedWideLead, Crowd, Lead, Slo
 import think_actors as ta
 from think_actors import delegation
 from think_actors._turn.abort import AbortRegistry
-from think_actors.limits import AccountBook, LocalAccount
+from think_actors.run_account import AccountBook, LocalAccount
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
 WHOLE_RUN = ta.RunUsage(requests=10, tool_calls=6, input_tokens=1000, output_tokens=100, cost_usd=0.01, agents=6)

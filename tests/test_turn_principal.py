@@ -139,7 +139,7 @@ async def test_a_principal_of_the_wrong_type_is_refused_before_anything_is_store
     ):
         with pytest.raises(ta.ConfigurationError, match=r"principal must be a ta.Principal or None, not (str|dict)"):
             await call()
-    with pytest.raises(ta.ConfigurationError, match="principal must be a ta.Principal"):
+    with pytest.raises(ta.ConfigurationError, match=r"principal must be a ta\.Principal"):
         watched.chat("hi", principal=42)
     assert watched.get_messages() == []
 

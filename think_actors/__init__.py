@@ -90,12 +90,13 @@ from .hooks import (
     step_count_is,
 )
 from .identity import Principal
-from .limits import RunLimits, RunTicket, RunUsage
+from .limits import RunLimits, RunUsage
 from .logs import LogContext, LogContextFilter, log_context
 from .messages import TextPart, ToolPart, UIMessage, user_message
 from .models import ModelClient, ModelRequest, Usage
 from .observability import Event
 from .overflow import default_context_overflow_classifier
+from .run_account import RunTicket
 from .schedule import (
     LocalScheduler,
     ManualClock,

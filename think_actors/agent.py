@@ -29,11 +29,12 @@ from .hooks import (
 )
 from .identity import Principal
 from .lifecycle import LifecycleHooks
-from .limits import RunLimits, RunTicket
+from .limits import RunLimits
 from .mcp import McpManager, McpServerConfig, McpServerState
 from .messages import UIMessage, new_id
 from .models import ModelClient
 from .observability import Event
+from .run_account import RunTicket
 from .schedule import AgentSchedules, ScheduledTask
 from .session import Session
 from .store import LATEST, MemoryStore, MessageHit, Store, agent_path, check_store_url, validate_agent_name

@@ -20,8 +20,9 @@ from .chunks import AgentToolEventChunk
 from .errors import AgentUnavailableError, ConfigurationError
 from .hooks import TurnResult
 from .identity import Principal
-from .limits import RunLimits, RunTicket, RunUsage, child_refusal, counts_children, prepays
+from .limits import RunLimits, RunUsage, child_refusal, counts_children, prepays
 from .messages import UIMessage
+from .run_account import RunTicket
 from .tools import RUN_CONTEXT, Tool, ToolContext, _parse_docstring, _strip_titles, input_validator
 
 __all__ = ["AgentRunResult", "LocalAgentHandle", "actor_tool", "agent_tool", "use_actor_calls"]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from .errors import ConfigurationError
 from .identity import Principal
-from .limits import RunTicket
+from .run_account import RunTicket
 
 __all__ = ["ClientToolSchema", "Tool", "ToolContext", "ToolInputError", "class_tools", "tool"]
 

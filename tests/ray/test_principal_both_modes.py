@@ -47,7 +47,7 @@ async def what_a_user_sees(agent: Any, unique: str) -> dict[str, Any]:
     seen["submitted"] = submitted.principal
     done = await agent.wait_for_submission(f"{unique}-s", timeout_s=60)
     seen["submission"] = (done.status, done.principal)
-    with pytest.raises(ta.ConfigurationError, match="principal must be a ta.Principal"):
+    with pytest.raises(ta.ConfigurationError, match=r"principal must be a ta\.Principal"):
         await agent.save_messages("typo", principal="alice")
     messages = await agent.load_messages()  # the one way to read that every kind of agent awaits
     seen["stamps"] = [
@@ -59,11 +59,11 @@ async def what_a_user_sees(agent: Any, unique: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(120)
 async def test_the_same_function_sees_the_same_principal_in_process_and_on_ray(ray_runtime: Any, unique: str) -> None:
-    in_process = Guarded(unique, model=ScriptedModel(script() + [text("ok")]), store=ta.MemoryStore())
+    in_process = Guarded(unique, model=ScriptedModel([*script(), text("ok")]), store=ta.MemoryStore())
     local_handle = ta.LocalAgentHandle(
-        Guarded(unique, model=ScriptedModel(script() + [text("ok")]), store=ta.MemoryStore())
+        Guarded(unique, model=ScriptedModel([*script(), text("ok")]), store=ta.MemoryStore())
     )
-    on_ray = await ta.spawn(Guarded, unique, model=ScriptedModel(script() + [text("ok")]))
+    on_ray = await ta.spawn(Guarded, unique, model=ScriptedModel([*script(), text("ok")]))
 
     seen = [await what_a_user_sees(agent, unique) for agent in (in_process, local_handle, on_ray)]
 

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..limits import RunTicket, RunUsage
+from ..limits import RunUsage
+from ..run_account import RunTicket
 from ..tools import _jsonable
 from .convert import reply_after
 from .queue import TurnQueue

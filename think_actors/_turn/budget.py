@@ -1,8 +1,8 @@
 """A turn's place in a run with ``RunLimits``: the run it opens or joins, the run it finds again after a crash, and
 the run's deadline as a timer on the turn.
 
-The arithmetic and the account are ``think_actors.limits``; the step loop asks and charges the account
-(``loop.run_steps``), agent tools admit children (``delegation.agent_tool``).
+The limits are ``think_actors.limits``, the account ``think_actors.run_account``; the step loop asks and
+charges the account (``loop.run_steps``), agent tools admit children (``delegation.agent_tool``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from ..errors import RunLimitError
-from ..limits import AccountBook, LocalAccount, RunAccount, RunLimits, RunTicket
+from ..limits import RunLimits
+from ..run_account import AccountBook, LocalAccount, RunAccount, RunTicket
 from .engine import Engine
 from .spec import TurnSpec
 

@@ -36,7 +36,6 @@ from ..chunks import (
 )
 from ..errors import RunLimitError
 from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
-from ..limits import RunTicket
 from ..messages import FilePart, SourceUrlPart, new_id
 from ..models import (
     FileEvent,
@@ -50,6 +49,7 @@ from ..models import (
     Usage,
     resolve_model,
 )
+from ..run_account import RunTicket
 from .abort import task_lookup
 from .convert import to_model_messages
 from .overflow import proactive_messages

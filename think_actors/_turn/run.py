@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..hooks import ContextOverflowConfig, StepResult, StopCondition, StreamTransform
-from ..limits import RunTicket, RunUsage
+from ..limits import RunUsage
 from ..models import ModelClient, Usage
+from ..run_account import RunTicket
 from ..tools import Tool
 from .abort import AbortSignal
 

@@ -13,9 +13,10 @@ from ..errors import (
 )
 from ..hooks import ChatResponseResult
 from ..identity import Principal
-from ..limits import RunLimits, RunTicket, RunUsage
+from ..limits import RunLimits, RunUsage
 from ..messages import UIMessage, user_message
 from ..models import Usage
+from ..run_account import RunTicket
 from .abort import AbortSignal
 from .engine import Engine
 from .run import TurnStats

@@ -1,7 +1,7 @@
 """The accounts of runs that span processes: one actor per cluster keeps them (``RunAccounts``), and every agent of
 a run, on any node, asks and charges its run's account there (``RemoteAccount``).
 
-A run's account starts in its first agent's process (``limits.LocalAccount``): a run that stays in one process never
+A run's account starts in its first agent's process (``LocalAccount``): a run that stays in one process never
 makes a remote call. The first time an agent of the run starts a child agent in another actor, its account is copied
 here (``share``) and the local one forwards every call from then on. A call is one actor call (≈1 ms of the
 machine's CPU on 2 cores), so a step makes one where it can: its charge (``settle``), which in a run without
@@ -22,7 +22,8 @@ from typing import Any
 import ray
 
 from ..errors import RunLimitError
-from ..limits import AccountBook, RunAccount, RunTicket, RunUsage, past_deadline
+from ..limits import RunUsage, past_deadline
+from ..run_account import AccountBook, RunAccount, RunTicket
 from .calls import _call
 from .config import RuntimeConfig
 

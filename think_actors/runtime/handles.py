@@ -26,10 +26,11 @@ from ..errors import (
 )
 from ..hooks import TurnResult
 from ..identity import Principal
-from ..limits import RunAccount, RunLimits, RunTicket
+from ..limits import RunLimits
 from ..mcp import McpServerConfig, McpServerState
 from ..messages import UIMessage, new_id
 from ..observability import Event
+from ..run_account import RunAccount, RunTicket
 from ..schedule import TaskInfo
 from ..store import MessageHit
 from ..submissions import Submission

@@ -1,19 +1,21 @@
 """A continuation a user asks for (a tool result or an approval with ``autoContinue``) is a turn of theirs: it
 counts against their turns per minute when the answer arrives (refused before the answer is applied when they are
-over), and its tokens count against their day when it ends, on the gateway that took the answer only."""
+over), and its tokens count against their day when it ends, on the gateway that took the answer only. And a
+socket takes no frame once the token that opened it has expired."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from helpers import greeting
 from test_gateway import chunks, continuation_done, frames_until_done, receive_until, request, user
 
 import think_actors as ta
-from think_actors.gateway import Gateway, LocalDirectory, Quotas, Unauthenticated
+from think_actors.gateway import Gateway, LocalDirectory, Quotas, Unauthenticated, access
 from think_actors.models import Usage
 from think_actors.testing import ScriptedModel, step, text, tool_call
 
@@ -93,3 +95,26 @@ async def test_a_continuation_over_the_quota_is_refused_before_the_answer_is_app
         assert (part["toolCallId"], part["state"]) == ("c1", "input-available")  # still waiting: nothing applied
         assert len(model.requests) == 1  # no continuation ran
         await ws.close()
+
+
+async def test_a_socket_takes_no_frame_once_the_token_that_opened_it_expired(monkeypatch: Any) -> None:
+    async def expiring(request: web.Request) -> ta.Principal:
+        return ta.Principal(id="carol", claims={"exp": 1_000_000})  # as a JWT's exp, a unix time
+
+    monkeypatch.setattr(access, "clock", lambda: 999_999.0)
+    model = ScriptedModel([text("hi")])
+    directory = LocalDirectory([Helper], model=model, store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory, authenticate=expiring).app())) as client:
+        ws = await client.ws_connect("/agents/helper/carol")
+        await greeting(ws)
+        await ws.send_str(request("r1", user("hello", "u1")))
+        assert "text-delta" in chunks(await frames_until_done(ws, "r1"))
+
+        monkeypatch.setattr(access, "clock", lambda: 1_000_000.0)  # the token expires
+        await ws.send_str(request("r2", user("still there?", "u2")))
+        error = await receive_until(ws, lambda f: f["type"] == "think_actors_error")
+        assert error[-1]["error"] == "your token expired: connect again with a fresh one"
+        closed = await ws.receive()
+        assert (closed.type, ws.close_code) == (aiohttp.WSMsgType.CLOSE, aiohttp.WSCloseCode.POLICY_VIOLATION)
+        messages = await (await client.get("/agents/helper/carol/get-messages")).json()
+        assert [m["id"] for m in messages if m["role"] == "user"] == ["u1"]  # nothing of the late frame was stored

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 import uuid
 from typing import Any
 
@@ -25,7 +26,16 @@ from ..quotas import QuotaBook, QuotaExceeded, Quotas
 from ..store import SQLiteStore
 from .auth import Authenticate, Authorize, AuthUnavailable, SharedToken, Unauthenticated, allow_all, decide
 
-__all__ = ["LOCAL_USER", "PRINCIPAL", "Access", "LocalQuotas", "QuotaExceeded", "Unauthenticated", "quota_path"]
+__all__ = [
+    "LOCAL_USER",
+    "PRINCIPAL",
+    "Access",
+    "LocalQuotas",
+    "QuotaExceeded",
+    "Unauthenticated",
+    "expired",
+    "quota_path",
+]
 
 log = logging.getLogger("think_actors.gateway")
 
@@ -35,6 +45,16 @@ LOCAL_USER = Principal(id="local", roles=frozenset({"admin"}))
 PRINCIPAL = web.RequestKey("think_actors.principal", Principal)  # who sent a request, once authenticated
 _KEY = "gateway-quotas:"
 HEARTBEAT_S = 15.0
+
+
+clock = time.time  # what expiry is checked against (tests move it)
+
+
+def expired(principal: Principal) -> bool:
+    """Whether the credential that proved ``principal`` has expired (its ``exp`` claim, as a JWT's): an open
+    socket then takes no more frames."""
+    exp = principal.claims.get("exp")
+    return isinstance(exp, int | float) and not isinstance(exp, bool) and clock() >= exp
 
 
 class LocalQuotas:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSCloseCode, WSMsgType, web
 
 from .. import tracing
 from ..errors import InvalidAgentNameError, ThinkError
@@ -33,7 +33,7 @@ from ..identity import Principal
 from ..quotas import Quotas
 from ..store import validate_agent_name
 from . import protocol, security
-from .access import PRINCIPAL, Access, QuotaExceeded
+from .access import PRINCIPAL, Access, QuotaExceeded, expired
 from .auth import Authenticate, Authorize, AuthUnavailable, Unauthenticated
 from .directory import AgentDirectory, LocalDirectory, RayDirectory, _mcp_state, _refused
 from .protocol import FrameError
@@ -278,6 +278,10 @@ class Gateway(ChatTurns):
                 await ws.send_str(protocol.dumps(_pending(room.latest, None)))
             async for message in ws:
                 if message.type == WSMsgType.TEXT:
+                    if expired(principal):  # a socket lives no longer than the credential that opened it
+                        await _error(ws, "your token expired: connect again with a fresh one")
+                        await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"token expired")
+                        break
                     await self._frame(ws, room, agent, message.data)
                 elif message.type == WSMsgType.BINARY:
                     await _error(ws, "binary frames are not part of the protocol: send JSON text")

@@ -106,6 +106,11 @@ async def page(site: tuple[str, WatchedDirectory]) -> AsyncIterator[Any]:
             await browser.close()
 
 
+def refused(name: str) -> str:
+    """What the page's status line says when the socket to ``name`` was refused."""
+    return f"refused: check your token, and that {name} is yours"
+
+
 async def open_conversation(page: Any, *, name: str | None = None, token: str | None = None) -> str:
     """Fill the settings given and click Open; the status that says how the new socket went (connected or
     refused; a "disconnected" from the socket it replaced is skipped)."""
@@ -121,11 +126,6 @@ async def open_conversation(page: Any, *, name: str | None = None, token: str | 
     return said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index.html: Open with a token calls loadClasses(), which puts the conversation saved in localStorage "
-    "(the page's first, refused socket saved 'default') back into the field, over the name the user typed",
-)
 @pytest.mark.timeout(120)
 async def test_open_with_a_token_connects_to_the_conversation_typed_with_it(page: Any) -> None:
     """A user who types her token and her conversation's name, then clicks Open, is connected to that
@@ -142,7 +142,7 @@ async def test_a_user_signs_in_with_a_token_chats_with_her_agent_and_is_refused_
     bob's conversation is refused (the status line says so; the transcript shown is still alice's); the gateway
     never asked its directory for bob's agent, and an admin's read afterwards finds that it never ran."""
     url, directory = site
-    assert await open_conversation(page, token=token("alice")) == "refused: check your token"
+    assert await open_conversation(page, token=token("alice")) == refused("default")
     assert await page.input_value("#token") == ""  # kept in the page's cookie, not in the field
     assert await page.locator("#agent-class option").all_inner_texts() == ["diary"]  # /healthz knows her now
 
@@ -151,7 +151,7 @@ async def test_a_user_signs_in_with_a_token_chats_with_her_agent_and_is_refused_
     await page.click("#send")
     await page.locator(".message.assistant", has_text="echo: hello from alice").wait_for()
 
-    assert await open_conversation(page, name="bob") == "refused: check your token"
+    assert await open_conversation(page, name="bob") == refused("bob")
     assert "connected to diary/bob" not in await page.evaluate("window.statuses")
     log = await page.locator("#log").inner_text()
     assert "hello from alice" in log and "echo: hello from alice" in log

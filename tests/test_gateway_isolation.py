@@ -665,11 +665,6 @@ async def test_control_an_admin_may_read_alices_agents(world: World) -> None:
 # -- found: one store instance shared by every agent of a LocalDirectory -------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="LocalDirectory passes its store= instance (docs/guides/gateway.md and mcp.md show store=ta.MemoryStore())"
-    " to every agent it builds, so all agents share one transcript: bob's own bob:x reads and extends alice's",
-)
 async def test_bobs_own_agent_does_not_hold_alices_transcript_with_a_store_instance_option() -> None:
     """Attack: with the directory the guides show (``LocalDirectory([...], store=ta.MemoryStore())``), bob reads
     his own agent bob:x, which never ran (authorized: it is his). It must be a 404 and, once he chats, hold his

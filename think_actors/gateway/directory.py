@@ -16,9 +16,9 @@ from aiohttp import web
 
 from ..agent import Think, kebab_case
 from ..delegation import LocalAgentHandle
-from ..errors import AgentUnavailableError
+from ..errors import AgentUnavailableError, ConfigurationError
 from ..quotas import Quotas
-from ..store import Store
+from ..store import MemoryStore, Store
 from . import protocol
 from .access import LocalQuotas, quota_path
 
@@ -74,15 +74,29 @@ class LocalDirectory(AgentDirectory):
 
     def __init__(self, classes: Iterable[type[Think]], *, data_dir: str | None = None, **options: Any):
         super().__init__(classes)
+        store = options.get("store")
+        if store is not None and not isinstance(store, MemoryStore):
+            # One store object holds one agent's conversation: shared, every agent would read and write the same one.
+            raise ConfigurationError(
+                f"LocalDirectory builds an agent per name, so it cannot share one {type(store).__name__}: give "
+                "data_dir= (a SQLite file per agent) or store_url= (a database with a schema per agent), or "
+                "store=ta.MemoryStore() for agents kept in memory, each its own"
+            )
         self.options = {"data_dir": data_dir, **options} if data_dir else dict(options)
         self._agents: dict[str, Any] = {}
+
+    def _build(self, cls: type[Think], name: str) -> Think:
+        options = dict(self.options)
+        if isinstance(options.get("store"), MemoryStore):
+            options["store"] = MemoryStore()  # each agent its own conversation, as each gets its own file
+        return cls(name, **options)
 
     async def get(self, slug: str, name: str) -> Any:
         cls = self.agent_class(slug)
         key = f"{slug}/{name}"
         handle = self._agents.get(key)
         if handle is None:
-            agent = cls(name, **self.options)
+            agent = self._build(cls, name)
             handle = self._agents[key] = LocalAgentHandle(agent)
             if agent.mcp_servers:
                 # As an agent actor does before it starts: its first turn has its MCP servers' tools.
@@ -99,7 +113,7 @@ class LocalDirectory(AgentDirectory):
         key = f"{slug}/{name}"
         if key in self._agents:
             return self._agents[key]
-        agent = cls(name, **self.options)  # builds its store object; nothing is opened or written yet
+        agent = self._build(cls, name)  # builds its store object; nothing is opened or written yet
         exists = getattr(agent.store, "exists", None)
         if not await (exists() if exists is not None else Store.exists(agent.store)):
             return None

@@ -9,6 +9,7 @@ from . import logs, mcp, metrics, testing
 from ._turn.spec import TurnOutcome
 from ._turn.tool_calls import ToolRepairContext
 from .agent import ChatStream, Think, kebab_case
+from .channels import Channel
 from .chunks import (
     AbortChunk,
     AgentToolEventChunk,
@@ -154,6 +155,7 @@ __all__ = [
     "AgentUnavailableError",
     "Allow",
     "Block",
+    "Channel",
     "ChatErrorContext",
     "ChatRecoveryConfig",
     "ChatRecoveryContext",

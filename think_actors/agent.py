@@ -19,6 +19,7 @@ from ._turn.durable import attach_durable
 from ._turn.engine import Engine
 from ._turn.queue import TurnQueue
 from .agent_durable import DurableEntryPoints
+from .channels import Channel, channel_table, check_channel
 from .chat_stream import ChatStream
 from .delegation import LocalAgentHandle
 from .errors import ConfigurationError
@@ -38,7 +39,8 @@ from .run_account import RunTicket
 from .schedule import AgentSchedules, ScheduledTask
 from .session import Session
 from .store import LATEST, MemoryStore, MessageHit, Store, agent_path, check_store_url, validate_agent_name
-from .tools import ClientToolSchema, Tool, ToolContext, client_tool
+from .tools import ClientToolSchema, Tool, check_tool_names, client_tools_of
+from .turn_metadata import check_metadata
 
 __all__ = ["ChatStream", "Think", "kebab_case"]
 
@@ -93,6 +95,13 @@ class Think(LifecycleHooks, DurableEntryPoints):
         max_concurrent_agent_tools: Child agents this agent's agent tools may run at once (Think's
             ``maxConcurrentAgentTools``); over it a call fails at once with ``maxConcurrentAgentTools (N)
             exceeded``, which its model sees as the tool's error. None (default): no cap.
+        channels: The ``ta.Channel``s the agent answers on besides ``"web"`` (always there): each may put
+            instructions before the system prompt, narrow the tools offered and bound the steps of the turns that
+            come from it (``chat(..., channel="email")``).
+        prompt_caching: Whether requests mark the prompt's stable prefix for providers that cache only what is
+            marked (Claude on Anthropic, Bedrock, Vertex AI, Azure AI). None (default): where litellm's model table
+            says the model supports it; True: on every Claude model; False: never. OpenAI, DeepSeek and Gemini
+            cache on their own either way; ``Usage.cached_input_tokens`` reports the hits.
     """
 
     model: str | ModelClient | None = None
@@ -115,6 +124,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
     hosting: str = "actor"
     run_limits: RunLimits | None = None
     max_concurrent_agent_tools: int | None = None
+    channels: Sequence[Channel] = ()
+    prompt_caching: bool | None = None
 
     def __init__(
         self,
@@ -136,7 +147,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
             self.instructions = instructions
         if tools is not None:
             self.tools = tuple(tools)
-        _check_tool_names(type(self).__name__, self.tools)
+        check_tool_names(type(self).__name__, self.tools)
+        self._channels = channel_table(type(self).__name__, self.channels)
         if max_steps is not None:
             self.max_steps = max_steps
         if data_dir is not None:
@@ -227,6 +239,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         branch_from: str | None = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> ChatStream:
         """Start a streamed turn: ``async for chunk in agent.chat("hi")``.
 
@@ -239,7 +253,11 @@ class Think(LifecycleHooks, DurableEntryPoints):
         ``limits`` (``ta.RunLimits``) bounds the turn and every agent it starts, together (default: the class's
         ``run_limits``); a turn that reaches one ends with ``RunLimitError``. ``principal`` (``ta.Principal``) is
         who sends the turn: stamped on its user messages, seen by every hook (``ctx.principal``,
-        ``active_principal``), recorded on its trace span. Pass only one your server authenticated.
+        ``active_principal``), recorded on its trace span. Pass only one your server authenticated. ``channel``
+        names where the turn comes from (one of the class's ``channels``, or ``"web"``) and ``metadata`` is the
+        turn's own facts (a dict of JSON values, Think's turn metadata): both are stamped on the user messages it
+        stores (``metadata.channel``, ``metadata.turnMetadata``) and seen by the hooks (``ctx.channel``,
+        ``ctx.metadata``, ``active_channel``, ``active_turn_metadata``).
         """
         engine = self._engine
         TurnQueue.check_not_nested(engine, "chat")
@@ -251,10 +269,12 @@ class Think(LifecycleHooks, DurableEntryPoints):
             input=message if callable(message) else normalize_input(message),  # bad input fails here, not mid-stream
             body=body,
             output=output,
-            client_tools=_client_tools(client_tools, on_client_tool_call),
+            client_tools=client_tools_of(client_tools, on_client_tool_call),
             branch_from=branch_from,
             limits=RunLimits.of(limits),
             principal=Principal.of(principal),
+            channel=self._channel(channel),
+            metadata=check_metadata(metadata),
         )
         return ChatStream(engine, spec)
 
@@ -266,6 +286,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Append ``messages`` (or a function of the transcript, evaluated when the turn starts) and run a turn.
 
@@ -274,8 +296,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
         ``before_turn`` may still choose another with ``TurnConfig.output``. Raises NestedTurnError from inside a
         turn; a setup failure (no model, no messages, ``before_turn`` raising) raises what ``on_chat_error``
         returned; stream errors come back as ``status="error"`` with that text in ``error``. ``limits`` as in
-        ``chat``: a turn that reaches one returns ``status="error"`` and ``limit`` naming it; ``principal`` as in
-        ``chat``.
+        ``chat``: a turn that reaches one returns ``status="error"`` and ``limit`` naming it; ``principal``,
+        ``channel`` and ``metadata`` as in ``chat``.
         """
         TurnQueue.check_not_nested(self._engine, "save_messages")
         spec = self._spec(
@@ -287,18 +309,23 @@ class Think(LifecycleHooks, DurableEntryPoints):
             raise_setup_errors=True,
             limits=RunLimits.of(limits),
             principal=Principal.of(principal),
+            channel=self._channel(channel),
+            metadata=check_metadata(metadata),
         )
         return await self._drain(spec)
 
-    async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
+    async def continue_last_turn(self, *, body: dict[str, Any] | None = None, channel: str | None = None) -> TurnResult:
         """Run a continuation turn (no new input) when the latest message is the assistant's; else skip (the
-        result still says ``continuation=True``, as the reference's ``runTurn({continuation: true})`` does)."""
+        result still says ``continuation=True``, as the reference's ``runTurn({continuation: true})`` does). It runs
+        on ``channel``, else the channel of the latest user message."""
         engine = self._engine
         TurnQueue.check_not_nested(engine, "continue_last_turn")
         await engine.ensure_started()
         if not engine.messages or engine.messages[-1].role != "assistant":
             return TurnResult(request_id="", status="skipped", continuation=True)
-        spec = self._spec("programmatic", None, continuation=True, body=body, raise_setup_errors=True)
+        spec = self._spec(
+            "programmatic", None, continuation=True, body=body, raise_setup_errors=True, channel=self._channel(channel)
+        )
         return await self._drain(spec)
 
     async def add_messages(self, messages: Any, *, parent_id: str | None = LATEST, mode: str = "append") -> None:
@@ -341,7 +368,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         restart. The client tools of one ``chat()`` are for that turn only."""
         engine = self._engine
         await engine.ensure_started()
-        await engine.remember_turn_context(engine.last_body, _client_tools(client_tools, None))
+        await engine.remember_turn_context(engine.last_body, client_tools_of(client_tools, None))
 
     async def chat_terminal(self) -> dict[str, Any] | None:
         """How the last chat turn failed, as the gateway replays it to a tab that was away: ``{"requestId",
@@ -448,6 +475,16 @@ class Think(LifecycleHooks, DurableEntryPoints):
         return self._engine.principal
 
     @property
+    def active_channel(self) -> str | None:
+        """The channel of the turn running now (``ctx.channel``), else None."""
+        return self._engine.channel
+
+    @property
+    def active_turn_metadata(self) -> dict[str, Any] | None:
+        """The metadata of the turn running now (``ctx.metadata``; Think's ``activeTurnMetadata``), else None."""
+        return self._engine.turn_metadata
+
+    @property
     def session(self) -> Session | None:
         """The session ``configure_session`` returned, once the agent has started."""
         return self._engine.session
@@ -494,6 +531,10 @@ class Think(LifecycleHooks, DurableEntryPoints):
 
     # ------------------------------------------------------------------ internals
 
+    def _channel(self, name: Any) -> str | None:
+        """``name`` checked as a ``channel=`` argument: None, or a channel this class answers on."""
+        return check_channel(type(self).__name__, self._channels, name)
+
     def _spec(self, trigger: str, request_id: str | None, **kwargs: Any) -> TurnSpec:
         engine = self._engine
         request_id = request_id or new_id()
@@ -527,40 +568,3 @@ class Think(LifecycleHooks, DurableEntryPoints):
 
 
 _CHAT_TERMINAL_KEY = "gateway:chat-terminal"
-
-
-def _check_tool_names(agent: str, tools: Sequence[Tool]) -> None:
-    """Two tools of one agent under one name would leave the model only the last: refuse, naming it."""
-    seen: set[str] = set()
-    for t in tools:
-        name = getattr(t, "name", None)
-        if name in seen:
-            raise ConfigurationError(
-                f"two tools of {agent} are named {name!r}, and the model would see only the last: give one a name "
-                f"of its own (e.g. ta.agent_tool(Child, name='{name}_2', ...) or @ta.tool(name=...))"
-            )
-        if isinstance(name, str):
-            seen.add(name)
-
-
-def _client_tools(schemas: Sequence[ClientToolSchema | dict[str, Any]] | None, executor: Any) -> list[Tool]:
-    if not schemas:
-        return []
-    tools = []
-    for schema in schemas:
-        parsed = schema if isinstance(schema, ClientToolSchema) else ClientToolSchema.model_validate(schema)
-        t = client_tool(parsed)
-        if executor is not None:
-            t.executor = _client_executor(executor, parsed.name)
-        tools.append(t)
-    return tools
-
-
-def _client_executor(executor: Any, name: str) -> Any:
-    async def run(value: Any, context: ToolContext) -> Any:
-        result = executor(name, value, context.tool_call_id)
-        if hasattr(result, "__await__"):
-            result = await result
-        return result
-
-    return run

@@ -31,6 +31,7 @@ class DurableEntryPoints:
     _engine: Engine
     _durable: Durable
     _schedules: AgentSchedules | None
+    _channel: Callable[[Any], str | None]  # Think's: a channel= argument checked against the class's channels
 
     async def submit_messages(
         self,
@@ -42,6 +43,7 @@ class DurableEntryPoints:
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
     ) -> Submission:
         """Accept ``messages`` durably and run their turn later, in order (reference §1.7).
 
@@ -56,7 +58,8 @@ class DurableEntryPoints:
         neither a pydantic model class nor a dict, or an id and key naming two submissions. ``limits``
         (``RunLimits``) bounds the submission's turn and every agent it starts; it is stored with the submission, and
         a turn that a crash interrupted goes on with what its run had left. ``principal`` (``ta.Principal``) is who
-        submits: stamped on the messages (``Submission.principal``), and the turn that runs them acts for them.
+        submits: stamped on the messages (``Submission.principal``), and the turn that runs them acts for them;
+        ``channel`` is where they came from (``Submission.channel``, the turn's ``ctx.channel``).
         """
         return await self._durable.submissions.submit(
             messages,
@@ -66,6 +69,7 @@ class DurableEntryPoints:
             output=output,
             limits=RunLimits.of(limits),
             principal=Principal.of(principal),
+            channel=self._channel(channel),
         )
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:

@@ -69,10 +69,12 @@ class LocalAgentHandle:
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         """``Think.save_messages``: run a turn and wait for its ``TurnResult`` (structured with ``output``)."""
         result: TurnResult = await self.agent.save_messages(
-            messages, body=body, output=output, limits=limits, principal=principal
+            messages, body=body, output=output, limits=limits, principal=principal, channel=channel, metadata=metadata
         )
         return result
 
@@ -116,6 +118,7 @@ class LocalAgentHandle:
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
     ) -> Any:
         """``Think.submit_messages``: the ``Submission``, once committed."""
         return await self.agent.submit_messages(
@@ -126,6 +129,7 @@ class LocalAgentHandle:
             output=output,
             limits=limits,
             principal=principal,
+            channel=channel,
         )
 
     async def inspect_submission(self, submission_id: str) -> Any:

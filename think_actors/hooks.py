@@ -138,7 +138,10 @@ class TurnContext:
 
     ``messages`` are the OpenAI-format messages the model will get (repaired, truncated, converted);
     ``tools`` are the merged tools by name; ``body`` is the caller's custom body, if any; ``principal`` who sent
-    the turn, as the server authenticated them (a gateway's user, or ``chat(..., principal=...)``), else None.
+    the turn, as the server authenticated them (a gateway's user, or ``chat(..., principal=...)``), else None;
+    ``channel`` where it came from (``chat(..., channel=...)``, else the conversation's, else ``"web"``) and
+    ``metadata`` its own facts (``chat(..., metadata=...)``, Think's turn metadata), both also read back by a
+    continuation or a recovery from the latest user message.
     """
 
     request_id: str
@@ -150,6 +153,8 @@ class TurnContext:
     body: dict[str, Any] | None = None
     trigger: str = "programmatic"
     principal: Principal | None = None
+    channel: str = "web"
+    metadata: dict[str, Any] | None = None
 
 
 StreamTransform = Callable[[AsyncIterator[ModelEvent]], AsyncIterator[ModelEvent]]

@@ -8,7 +8,7 @@ from typing import Any
 from .identity import Principal
 from .messages import UIMessage
 from .store.records import SubmissionRecord
-from .turn_metadata import latest_principal
+from .turn_metadata import latest_channel, latest_principal
 
 __all__ = ["Submission"]
 
@@ -44,6 +44,7 @@ class Submission:
     output: Any = None
     message: UIMessage | None = None
     principal: Principal | None = None
+    channel: str | None = None
 
     @property
     def text(self) -> str:
@@ -70,4 +71,5 @@ class Submission:
             completed_at=record.completed_at,
             message_ids=tuple(m.id for m in record.messages),
             principal=latest_principal(record.messages),
+            channel=latest_channel(record.messages),
         )

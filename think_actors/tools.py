@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import re
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints, overload
 
@@ -389,3 +389,40 @@ def tool(
 def client_tool(schema: ClientToolSchema) -> Tool:
     """An execute-less tool from a client's schema: its call waits for the caller's result."""
     return Tool(schema.name, schema.description or "", schema.parameters or {"type": "object", "properties": {}})
+
+
+def check_tool_names(agent: str, tools: Sequence[Tool]) -> None:
+    """Two tools of one agent under one name would leave the model only the last: refuse, naming it."""
+    seen: set[str] = set()
+    for t in tools:
+        name = getattr(t, "name", None)
+        if name in seen:
+            raise ConfigurationError(
+                f"two tools of {agent} are named {name!r}, and the model would see only the last: give one a name "
+                f"of its own (e.g. ta.agent_tool(Child, name='{name}_2', ...) or @ta.tool(name=...))"
+            )
+        if isinstance(name, str):
+            seen.add(name)
+
+
+def client_tools_of(schemas: Sequence[ClientToolSchema | dict[str, Any]] | None, executor: Any) -> list[Tool]:
+    if not schemas:
+        return []
+    tools = []
+    for schema in schemas:
+        parsed = schema if isinstance(schema, ClientToolSchema) else ClientToolSchema.model_validate(schema)
+        t = client_tool(parsed)
+        if executor is not None:
+            t.executor = _client_executor(executor, parsed.name)
+        tools.append(t)
+    return tools
+
+
+def _client_executor(executor: Any, name: str) -> Any:
+    async def run(value: Any, context: ToolContext) -> Any:
+        result = executor(name, value, context.tool_call_id)
+        if hasattr(result, "__await__"):
+            result = await result
+        return result
+
+    return run

@@ -16,7 +16,9 @@ MALLORY = ta.Principal(id="mallory", roles=frozenset({"banned"}))
 
 
 class Guarded(ta.Think):
-    """Answers with who asked (a tool), refuses banned principals (authorize_turn)."""
+    """Answers with who asked (a tool), refuses banned principals (authorize_turn); answers by e-mail too."""
+
+    channels = [ta.Channel(name="email", instructions="Write an e-mail.")]
 
     async def authorize_turn(self, ctx: ta.TurnContext) -> bool | str | None:
         if ctx.principal is not None and "banned" in ctx.principal.roles:
@@ -30,7 +32,14 @@ class Guarded(ta.Think):
 
 
 def script() -> list[Any]:
-    return [tool_call("whoami", {}, id="w1"), text("streamed"), tool_call("whoami", {}, id="w2"), text("saved")]
+    return [
+        tool_call("whoami", {}, id="w1"),
+        text("streamed"),
+        tool_call("whoami", {}, id="w2"),
+        text("saved"),
+        text("submitted"),
+        text("Dear Alice"),
+    ]
 
 
 async def what_a_user_sees(agent: Any, unique: str) -> dict[str, Any]:
@@ -49,21 +58,26 @@ async def what_a_user_sees(agent: Any, unique: str) -> dict[str, Any]:
     seen["submission"] = (done.status, done.principal)
     with pytest.raises(ta.ConfigurationError, match=r"principal must be a ta\.Principal"):
         await agent.save_messages("typo", principal="alice")
+    emailed = await agent.save_messages("by mail", principal=ALICE, channel="email", metadata={"thread": "t1"})
+    seen["emailed"] = emailed.status
+    with pytest.raises(ta.ConfigurationError, match="answers on no channel 'fax'"):
+        await agent.save_messages("typo", channel="fax")
     messages = await agent.load_messages()  # the one way to read that every kind of agent awaits
     seen["stamps"] = [
         (m.text, ((m.metadata or {}).get("turnMetadata") or {}).get("principal")) for m in messages if m.role == "user"
     ]
+    seen["metadata"] = [m.metadata for m in messages if m.role == "user" and m.text == "by mail"]
     seen["whoami"] = [p.output for m in messages for p in m.parts if isinstance(p, ta.ToolPart)]
     return seen
 
 
 @pytest.mark.timeout(120)
 async def test_the_same_function_sees_the_same_principal_in_process_and_on_ray(ray_runtime: Any, unique: str) -> None:
-    in_process = Guarded(unique, model=ScriptedModel([*script(), text("ok")]), store=ta.MemoryStore())
+    in_process = Guarded(unique, model=ScriptedModel(script()), store=ta.MemoryStore())
     local_handle = ta.LocalAgentHandle(
-        Guarded(unique, model=ScriptedModel([*script(), text("ok")]), store=ta.MemoryStore())
+        Guarded(unique, model=ScriptedModel(script()), store=ta.MemoryStore())
     )
-    on_ray = await ta.spawn(Guarded, unique, model=ScriptedModel([*script(), text("ok")]))
+    on_ray = await ta.spawn(Guarded, unique, model=ScriptedModel(script()))
 
     seen = [await what_a_user_sees(agent, unique) for agent in (in_process, local_handle, on_ray)]
 
@@ -80,6 +94,9 @@ async def test_the_same_function_sees_the_same_principal_in_process_and_on_ray(r
             ("and now?", stamp),
             ("let me in", {"id": "mallory", "roles": ["banned"]}),
             ("later", stamp),
+            ("by mail", stamp),
         ],
+        "emailed": "completed",
+        "metadata": [{"channel": "email", "turnMetadata": {"thread": "t1", "principal": stamp}}],
         "whoami": ["alice", "alice"],
     }

@@ -23,7 +23,7 @@ from typing import Any
 from .. import logs, tracing
 from ..errors import StoreFencedError
 from ..messages import UIMessage, new_id
-from ..turn_metadata import latest_principal, stamp_principal
+from ..turn_metadata import stamp
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
 from .budget import open_run
@@ -32,7 +32,7 @@ from .finish import finish
 from .journal import TurnJournal
 from .prepare import prepare
 from .relay import relayed
-from .spec import TurnOutcome, TurnSpec, _SetupFailed, normalize_input
+from .spec import TurnOutcome, TurnSpec, _SetupFailed, normalize_input, resolve_turn_facts
 
 __all__ = ["TurnOutcome", "TurnSpec", "attempts", "finish", "normalize_input", "prepare", "turn_stream"]
 
@@ -65,7 +65,8 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
         try:
             async with engine.queue.slot(engine, spec.request_id):
                 admitted = True
-                engine.principal = spec.principal  # a recovery's, from its record; a new turn's is set with its input
+                # A recovery's, from its record; a new turn's are set with its input.
+                engine.principal, engine.channel, engine.turn_metadata = spec.principal, spec.channel, spec.metadata
                 # Chunks emitted after an earlier turn's stream ended belong to no stream.
                 engine.take_emitted()
                 await engine.ensure_started()  # chat() streams come here without a blocking entry point's start
@@ -88,7 +89,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
         finally:
             engine.aborts.remove(spec.request_id, spec.signal)
             if admitted:
-                engine.principal = None
+                engine.principal, engine.channel, engine.turn_metadata = None, None, None
     except _SetupFailed as failed:
         raise failed.raised from None
     except StoreFencedError:
@@ -176,14 +177,16 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.should_apply is not None and not await spec.should_apply():
             outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
             return
-    if spec.principal is not None:
-        messages = [stamp_principal(m, spec.principal) for m in messages]
-    else:  # stamped by the server before (a submission's input; for a continuation, the conversation's)
-        spec.principal = latest_principal(messages or engine.messages)
+    messages = [stamp(m, channel=spec.channel, metadata=spec.metadata, principal=spec.principal) for m in messages]
+    resolve_turn_facts(spec, messages or engine.messages)
     data: dict[str, Any] = {"body": spec.body} if spec.body else {}
-    if spec.principal is not None:  # a recovered turn acts for the same principal
+    # A recovered turn goes on for the same principal, on the same channel, with the same facts.
+    if spec.principal is not None:
         data["principal"] = spec.principal.stamp()
-    engine.principal = spec.principal
+    data["channel"] = spec.channel
+    if spec.metadata is not None:
+        data["metadata"] = spec.metadata
+    engine.principal, engine.channel, engine.turn_metadata = spec.principal, spec.channel, spec.metadata
     ticket = open_run(engine, spec)
     if ticket is not None:  # a recovered turn goes on in the same run, with what it has used
         data["run"] = ticket.record()

@@ -85,6 +85,8 @@ class Engine:
         self._start_lock = asyncio.Lock()
         self.journal: Any = None  # the TurnJournal of the turn holding the slot, if it keeps one (``durable``)
         self.principal: Principal | None = None  # who sent the turn holding the slot (``Think.active_principal``)
+        self.channel: str | None = None  # where it came from (``Think.active_channel``)
+        self.turn_metadata: dict[str, Any] | None = None  # its own facts (``Think.active_turn_metadata``)
 
     def attach(self, *, submissions: SubmissionsPort, recovery: RecoveryPort, interactions: InteractionsPort) -> None:
         """Hand the engine the durable features built on it (they run turns through the driver, above this module)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..channels import DEFAULT_CHANNEL, Channel
 from ..errors import (
     ConfigurationError,
     NoMessagesError,
@@ -63,8 +64,14 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         await engine.remember_turn_context(dict(spec.body) if spec.body else None, list(engine.last_client_tools))
     for client_tool in spec.client_tools:  # client tools merge last: they override same-named server tools
         tools[client_tool.name] = client_tool
+    channel = agent._channels.get(spec.channel or DEFAULT_CHANNEL)  # one the class no longer declares: no policy
+    if channel is not None and channel.tools is not None:  # the channel narrows the set; before_turn may add
+        kept = channel.keeps(set(tools))
+        tools = {name: t for name, t in tools.items() if name in kept}
     model = agent.model
     system = await system_prompt(engine, agent.get_system_prompt(tools))
+    if channel is not None and channel.instructions:
+        system = f"{channel.instructions}\n\n{system}" if system else channel.instructions
     ctx = TurnContext(
         request_id=spec.request_id,
         system=system,
@@ -75,6 +82,8 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         body=spec.body,
         trigger=spec.trigger,
         principal=spec.principal,
+        channel=spec.channel or DEFAULT_CHANNEL,
+        metadata=spec.metadata,
     )
     cfg = await agent.before_turn(ctx) or TurnConfig()
     if not isinstance(cfg, TurnConfig):
@@ -136,7 +145,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         tools=tools,
         active_tools=cfg.active_tools,
         tool_choice=cfg.tool_choice,
-        max_steps=cfg.max_steps if cfg.max_steps is not None else agent.max_steps,
+        max_steps=_max_steps(cfg, channel, agent.max_steps),
         stop_when=tuple(cfg.stop_when or ()),
         send_reasoning=cfg.send_reasoning if cfg.send_reasoning is not None else agent.send_reasoning,
         params=params,
@@ -178,3 +187,12 @@ def _parse_output(run: TurnRun) -> Any:
     if isinstance(output_type, type) and issubclass(output_type, BaseModel):
         return output_type.model_validate_json(text)
     return json.loads(text)
+
+
+def _max_steps(cfg: TurnConfig, channel: Channel | None, own: int) -> int:
+    """The turn's step bound: ``before_turn``'s, else the channel's, else the agent's (reference order)."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    if channel is not None and channel.max_steps is not None:
+        return channel.max_steps
+    return own

@@ -42,6 +42,7 @@ from .engine import Engine
 from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
 from .pending import run_pending, settle_part, settled
 from .ports import LiveTurn
+from .spec import resolve_turn_facts
 
 log = logging.getLogger("think_actors")
 
@@ -128,7 +129,10 @@ class Recovery:
             recover_body=recover_turn,
             on_finished=engine.submissions.finisher(record.submission_id) if record.submission_id else None,
             principal=Principal.from_stamp(record.data.get("principal")),
+            channel=record.data.get("channel") if isinstance(record.data.get("channel"), str) else None,
+            metadata=record.data.get("metadata") if isinstance(record.data.get("metadata"), dict) else None,
         )
+        resolve_turn_facts(spec, engine.messages)  # a record from before it kept them: the conversation's
         try:
             spec.run = await reopen_run(engine, record.data)
             with tracing.operation(

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..channels import DEFAULT_CHANNEL
 from ..errors import (
     ConfigurationError,
 )
@@ -17,11 +18,12 @@ from ..limits import RunLimits, RunUsage
 from ..messages import UIMessage, user_message
 from ..models import Usage
 from ..run_account import RunTicket
+from ..turn_metadata import latest_channel, latest_principal, latest_turn_metadata
 from .abort import AbortSignal
 from .engine import Engine
 from .run import TurnStats
 
-__all__ = ["TurnOutcome", "TurnSpec", "normalize_input"]
+__all__ = ["TurnOutcome", "TurnSpec", "normalize_input", "resolve_turn_facts"]
 
 
 @dataclass(slots=True)
@@ -76,6 +78,8 @@ class TurnSpec:
     run: RunTicket | None = None  # the run this turn belongs to (set when the turn starts, or by a parent)
     # Who sent the turn (set by the server, never by a client): stamped on its user messages, seen by every hook.
     principal: Principal | None = None
+    channel: str | None = None  # where it came from (resolved when the turn starts: given, the conversation's, web)
+    metadata: dict[str, Any] | None = None  # the turn's own facts (Think's turnMetadata), stamped like the principal
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
     stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish
@@ -111,3 +115,17 @@ def normalize_input(value: Any) -> list[UIMessage]:
     if isinstance(value, list | tuple):
         return [m for item in value for m in normalize_input(item)]
     raise ConfigurationError(f"cannot make messages of {type(value).__name__}: pass str, UIMessage or a list")
+
+
+def resolve_turn_facts(spec: TurnSpec, messages: list[UIMessage]) -> None:
+    """Who sent the turn, its channel and its metadata, where its caller did not say: from the latest user message
+    of ``messages`` (its new input, else the conversation), else nobody, ``web`` and none."""
+    if spec.principal is None:
+        spec.principal = latest_principal(messages)
+    if spec.metadata is None:
+        facts = latest_turn_metadata(messages)
+        if facts is not None:
+            facts.pop("principal", None)
+            spec.metadata = facts or None
+    if spec.channel is None:
+        spec.channel = latest_channel(messages) or DEFAULT_CHANNEL

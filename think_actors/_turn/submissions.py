@@ -32,7 +32,7 @@ from ..store import holds_lease
 from ..store.records import TERMINAL_SUBMISSION_STATUSES, SubmissionRecord
 from ..submissions import Submission
 from ..tools import _jsonable
-from ..turn_metadata import stamp_principal
+from ..turn_metadata import stamp
 from .convert import reply_after
 from .driver import TurnSpec, normalize_input, turn_stream
 from .engine import Engine
@@ -66,12 +66,13 @@ class Submissions:
         output: Any = None,
         limits: RunLimits | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
     ) -> Submission:
         if callable(messages):
             raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
         items = normalize_input(messages)
-        if principal is not None:  # who submitted: the turn that runs them acts for them
-            items = [stamp_principal(m, principal) for m in items]
+        # Who submitted them, and from where: the turn that runs them acts for them, on that channel.
+        items = [stamp(m, channel=channel, principal=principal) for m in items]
         if not items:
             raise ConfigurationError("submit_messages needs at least one message; nothing was stored")
         for name, value in (("submission_id", submission_id), ("idempotency_key", idempotency_key)):

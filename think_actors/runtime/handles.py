@@ -197,6 +197,8 @@ class AgentHandle:
         branch_from: str | None = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> RemoteStream:
         """Stream a turn of the agent: ``async for chunk in handle.chat("hi")`` (chunks cross in batches and are
         unbatched here). The stream's ``request_id``, ``status``, ``outcome`` and ``collect()`` are those of
@@ -212,6 +214,8 @@ class AgentHandle:
             "branch_from": branch_from,
             "limits": RunLimits.of(limits),  # checked here: a bad field fails in the caller, before any call
             "principal": Principal.of(principal),
+            "channel": channel,  # checked by the agent (its class's channels), before its turn is queued
+            "metadata": metadata,
         }
         caller_chain = chain.CHAIN.get()
         trace = tracing.carrier()  # the caller's span: the agent's turn is its child, in whichever process
@@ -278,6 +282,8 @@ class AgentHandle:
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         """``Think.save_messages`` on the actor: run a turn and wait for its ``TurnResult``. ``output`` (a pydantic
         model class, pickled to the actor: define it at the top level of a module) gives ``TurnResult.output``
@@ -291,12 +297,16 @@ class AgentHandle:
             output,
             RunLimits.of(limits),
             Principal.of(principal),
+            channel,
+            metadata,
         )
         return result
 
-    async def continue_last_turn(self, *, body: dict[str, Any] | None = None) -> TurnResult:
+    async def continue_last_turn(self, *, body: dict[str, Any] | None = None, channel: str | None = None) -> TurnResult:
         """``Think.continue_last_turn`` on the actor."""
-        result: TurnResult = await self._invoke("continue_last_turn", body, chain.CHAIN.get(), tracing.carrier())
+        result: TurnResult = await self._invoke(
+            "continue_last_turn", body, chain.CHAIN.get(), tracing.carrier(), channel
+        )
         return result
 
     async def add_messages(self, messages: Any, **options: Any) -> None:
@@ -336,6 +346,7 @@ class AgentHandle:
         output: Any = None,
         limits: RunLimits | dict[str, Any] | None = None,
         principal: Principal | None = None,
+        channel: str | None = None,
     ) -> Submission:
         """``Think.submit_messages`` on the actor: returns once the submission is committed in its store."""
         kwargs = {
@@ -345,6 +356,7 @@ class AgentHandle:
             "output": output,
             "limits": RunLimits.of(limits),
             "principal": Principal.of(principal),
+            "channel": channel,
         }
         # With the caller's trace context: the drain's span links to it, whenever the submission runs.
         trace = tracing.carrier()

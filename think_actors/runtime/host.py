@@ -324,16 +324,24 @@ class HostedAgent:
         output: Any = None,
         limits: Any = None,
         principal: Any = None,
+        channel: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         self._enter(caller_chain, trace)
-        return await self.agent.save_messages(messages, body=body, output=output, limits=limits, principal=principal)
+        return await self.agent.save_messages(
+            messages, body=body, output=output, limits=limits, principal=principal, channel=channel, metadata=metadata
+        )
 
     @_counted
     async def continue_last_turn(
-        self, body: dict[str, Any] | None, caller_chain: tuple[str, ...], trace: dict[str, str] | None = None
+        self,
+        body: dict[str, Any] | None,
+        caller_chain: tuple[str, ...],
+        trace: dict[str, str] | None = None,
+        channel: str | None = None,
     ) -> TurnResult:
         self._enter(caller_chain, trace)
-        return await self.agent.continue_last_turn(body=body)
+        return await self.agent.continue_last_turn(body=body, channel=channel)
 
     @_counted
     async def add_messages(self, messages: Any, options: dict[str, Any]) -> None:

@@ -8,11 +8,16 @@ Ported from the reference's channel-policy, channel-threading and turn-metadata 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from helpers import greeting
+from test_gateway import frames_until_done, request, user
 
 import think_actors as ta
+from think_actors.gateway import Gateway, LocalDirectory
 from think_actors.testing import ScriptedModel, text, tool_call
 
 
@@ -158,3 +163,29 @@ def test_channel_declarations_are_checked_where_the_class_is_used() -> None:
 
     with pytest.raises(ta.ConfigurationError, match="names the channel 'email' twice"):
         Twice("t", store=ta.MemoryStore())
+
+
+async def test_the_gateway_stamps_web_and_the_applications_turn_metadata_on_what_a_socket_sends() -> None:
+    def facts(principal: ta.Principal, agent_path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"agent": agent_path, "file": body.get("selectedFile")}
+
+    seen: list[Any] = []
+
+    class Watching(ta.Think):
+        async def before_turn(self, ctx: ta.TurnContext) -> None:
+            seen.append((ctx.channel, ctx.metadata))
+
+    directory = LocalDirectory([Watching], model=ScriptedModel([text("ok")]), store=ta.MemoryStore())
+    async with TestClient(TestServer(Gateway(directory, turn_metadata=facts).app())) as client:
+        ws = await client.ws_connect("/agents/watching/w1")
+        await greeting(ws)
+        forged = {**user("hi", "u1"), "metadata": {"channel": "admin", "turnMetadata": {"root": True}, "mine": 1}}
+        await ws.send_str(request("r1", forged, selectedFile="a.py"))
+        await frames_until_done(ws, "r1")
+        stored = json.loads(await (await client.get("/agents/watching/w1/get-messages")).text())
+    assert stored[0]["metadata"] == {
+        "mine": 1,
+        "channel": "web",
+        "turnMetadata": {"agent": "watching/w1", "file": "a.py", "principal": {"id": "local", "roles": ["admin"]}},
+    }
+    assert seen == [("web", {"agent": "watching/w1", "file": "a.py"})]

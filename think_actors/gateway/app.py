@@ -20,6 +20,7 @@ conversions; ``mcp_server`` the agents as MCP tools at ``/mcp``.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..errors import InvalidAgentNameError, ThinkError
 from ..identity import Principal
 from ..quotas import Quotas
 from ..store import validate_agent_name
+from ..turn_metadata import check_metadata
 from . import protocol, security
 from .access import PRINCIPAL, Access, QuotaExceeded, expired
 from .auth import Authenticate, Authorize, AuthUnavailable, Unauthenticated
@@ -68,6 +70,8 @@ class Gateway(ChatTurns):
             every action (``read``, ``chat``, ``respond``, ``cancel``, ``clear``); ``OwnerRule()`` is one.
             Default: everything allowed.
         quotas: ``Quotas`` (or a dict of its fields) per principal, counted for every gateway of these agents.
+        turn_metadata: ``(principal, "<class-slug>/<name>", body) -> dict | None`` (may be async): the turn
+            metadata of each chat request (``ctx.metadata``), stamped with its messages; the channel is ``"web"``.
         allowed_origins: origins of other sites' pages that may use the gateway.
         max_frame_bytes: the largest frame a socket may send.
         mcp: also serve the agent classes as MCP tools at ``/mcp``.
@@ -86,8 +90,10 @@ class Gateway(ChatTurns):
         authenticate: Authenticate | None = None,
         authorize: Authorize | None = None,
         quotas: Quotas | dict[str, Any] | None = None,
+        turn_metadata: Callable[[Principal, str, dict[str, Any]], Any] | None = None,
     ):
         self.directory = directory
+        self.turn_metadata = turn_metadata
         # Who asks (token= is SharedToken(token)), what they may do to which agent, how much (access.py).
         self.access = Access(
             token=token,
@@ -187,6 +193,21 @@ class Gateway(ChatTurns):
         if reason is not None:
             raise _refused(web.HTTPForbidden, f"{action} refused: {reason}")
         return principal
+
+    async def _turn_facts(
+        self, ws: web.WebSocketResponse, agent_path: str, request_id: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The turn metadata the application gives a chat request (``turn_metadata``); a failure refuses it."""
+        if self.turn_metadata is None:
+            return None
+        try:
+            facts = self.turn_metadata(ws.principal, agent_path, body)  # type: ignore[attr-defined]
+            if inspect.isawaitable(facts):
+                facts = await facts
+            return check_metadata(facts)
+        except Exception as err:
+            log.warning("turn_metadata failed for a chat request of %s", agent_path, exc_info=True)
+            raise protocol.RequestError(request_id, f"the request's turn metadata could not be made: {err}") from None
 
     async def _page(self, request: web.Request) -> web.Response:
         """The chat page: plain HTML and script, no build step."""
@@ -326,7 +347,8 @@ class Gateway(ChatTurns):
                     raise protocol.RequestError(
                         request_id, f"the quota could not be checked ({type(err).__name__}: {err}): send it again"
                     ) from None
-                await self._chat_request(ws, room, agent, request_id, body, incoming)
+                facts = await self._turn_facts(ws, room.key, request_id, body)
+                await self._chat_request(ws, room, agent, request_id, body, incoming, facts)
             elif kind == protocol.CHAT_REQUEST_CANCEL:
                 if not isinstance(frame.get("id"), str) or not frame["id"]:
                     raise FrameError(f'{kind} needs the id of the request to cancel: {{"id": "<request id>"}}')

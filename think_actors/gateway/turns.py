@@ -17,7 +17,7 @@ from .. import tracing
 from ..errors import ConfigurationError
 from ..limits import RunLimits
 from ..messages import UIMessage
-from ..turn_metadata import stamp_principal
+from ..turn_metadata import stamp
 from . import protocol
 from .access import QuotaExceeded
 from .protocol import FrameError
@@ -96,14 +96,25 @@ class ChatTurns(Relays):
 
         return undo
 
-    async def _new_messages(self, ws: Any, agent: Any, incoming: list[UIMessage]) -> list[UIMessage]:
-        """The request's messages the server does not have yet (the server's copy wins: reference §3.5)."""
+    async def _new_messages(
+        self, ws: Any, agent: Any, incoming: list[UIMessage], facts: dict[str, Any] | None = None
+    ) -> list[UIMessage]:
+        """The request's messages the server does not have yet (the server's copy wins: reference §3.5), stamped
+        with who sent them and the application's facts of the request (``Gateway(turn_metadata=...)``)."""
         principal = getattr(ws, "principal", None)
-        return [stamp_principal(_stamp_web(m), principal) for m in reconcile(incoming, await agent.get_messages())]
+        known = await agent.get_messages()
+        return [stamp(_stamp_web(m), metadata=facts, principal=principal) for m in reconcile(incoming, known)]
 
-    async def _persist(self, ws: web.WebSocketResponse, room: _Room, agent: Any, incoming: list[UIMessage]) -> int:
+    async def _persist(
+        self,
+        ws: web.WebSocketResponse,
+        room: _Room,
+        agent: Any,
+        incoming: list[UIMessage],
+        facts: dict[str, Any] | None = None,
+    ) -> int:
         """Store the request's messages the server does not have yet, before the turn is queued."""
-        new = await self._new_messages(ws, agent, incoming)
+        new = await self._new_messages(ws, agent, incoming, facts)
         if new:
             await agent.add_messages(new)
             await self._broadcast_messages(room, agent, skip=ws)
@@ -117,8 +128,10 @@ class ChatTurns(Relays):
         request_id: str,
         body: dict[str, Any],
         incoming: list[UIMessage],
+        facts: dict[str, Any] | None = None,
     ) -> None:
-        """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``)."""
+        """A chat request under the agent's ``message_concurrency`` (reference §2.3, plus ``steer``); ``facts``
+        is the turn metadata the application gives it."""
         if room.terminal is not None:  # a new turn supersedes the replay of an old error
             room.terminal = None
             await agent.remember_chat_terminal(None)
@@ -135,11 +148,15 @@ class ChatTurns(Relays):
             await self._send_messages(ws, agent)
             await ws.send_str(protocol.skipped_frame(request_id, body))
             return
-        if overlapping and strategy == "steer" and await agent.steer(await self._new_messages(ws, agent, incoming)):
+        if (
+            overlapping
+            and strategy == "steer"
+            and await agent.steer(await self._new_messages(ws, agent, incoming, facts))
+        ):
             await ws.send_str(protocol.skipped_frame(request_id, body))  # it joined the running turn
             return
         # Stored now, before the turn is queued, even while another turn runs (reference §1.1, §2.3).
-        await self._persist(ws, room, agent, incoming)
+        await self._persist(ws, room, agent, incoming, facts)
         room.sequence += 1
         sequence = room.sequence
         if overlapping and strategy in ("latest", "merge", "debounce"):
@@ -151,7 +168,9 @@ class ChatTurns(Relays):
         supersedable = overlapping and strategy in ("latest", "merge", "debounce")
         started = asyncio.Event()
         self._spawn(
-            self._run_turn(room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, started)
+            self._run_turn(
+                room, agent, request_id, body, sequence if supersedable else 0, debounce_s, ws, started, facts
+            )
         )
         if not overlapping:
             # As the reference handles frames one at a time: a turn that can start now has sent its first frame
@@ -169,6 +188,7 @@ class ChatTurns(Relays):
         debounce_s: float,
         sender: web.WebSocketResponse,
         started: asyncio.Event,
+        facts: dict[str, Any] | None = None,
     ) -> None:
         """Run one chat request's turn. ``sequence`` is 0 for a request nothing can supersede."""
         generation = room.generation
@@ -204,6 +224,7 @@ class ChatTurns(Relays):
                         branch_from=branch,
                         limits=_client_limits(body, room.agent_class),
                         principal=principal,
+                        metadata=facts,
                     )
                     origin = protocol.origin_message_ids(body["messages"])
                     await self._pump(

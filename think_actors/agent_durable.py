@@ -72,6 +72,51 @@ class DurableEntryPoints:
             channel=self._channel(channel),
         )
 
+    async def prompt(
+        self,
+        step: str,
+        prompt: Any,
+        *,
+        output: Any = None,
+        timeout_s: float | None = 300.0,
+        channel: str | None = None,
+        principal: Principal | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
+    ) -> Submission:
+        """Run ``prompt`` once as the workflow step ``step`` and return its finished submission.
+
+        Durable and idempotent by ``step``: the prompt is a submission whose id is ``step:<step>``, so calling again
+        with the same step (a workflow retrying after its worker died, hours later, on another node) runs no new
+        turn: it waits for the one running, or returns the stored result at once. With ``output`` (a pydantic model
+        class), the answer comes as the input of a final-answer tool the turn offers and the model must call by its
+        last permitted step, as Think's workflow prompts do: other tool calls may come first, the call itself is
+        never stored, and ``Submission.output`` is the validated object. Raises ``TimeoutError`` when the step
+        has not finished after ``timeout_s`` (it goes on; ask again to keep waiting).
+        """
+        if not isinstance(step, str) or not step.strip() or len(step) > 200:
+            raise ConfigurationError(
+                f"a workflow step is named by a non-empty str of at most 200 characters, not {step!r}"
+            )
+        submission_id = f"step:{step}"
+        await self._durable.submissions.submit(
+            prompt,
+            submission_id=submission_id,
+            idempotency_key=None,
+            metadata={"step": step},
+            output=output,
+            limits=RunLimits.of(limits),
+            principal=Principal.of(principal),
+            channel=self._channel(channel),
+            final_answer=True,
+        )
+        try:
+            return await self.wait_for_submission(submission_id, timeout_s=timeout_s)
+        except TimeoutError:
+            raise TimeoutError(
+                f"the workflow step {step!r} did not finish in {timeout_s} s; it goes on: call prompt({step!r}, ...) "
+                "again to keep waiting, or inspect_submission('step:...') to look"
+            ) from None
+
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         """The submission's current state, or None when there is none."""
         await self._engine.ensure_started()

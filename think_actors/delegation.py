@@ -144,6 +144,10 @@ class LocalAgentHandle:
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Any:
         return await self.agent.wait_for_submission(submission_id, timeout_s=timeout_s)
 
+    async def prompt(self, step: str, prompt: Any, **options: Any) -> Any:
+        """``Think.prompt``: the workflow step ``step``, run once, its finished submission."""
+        return await self.agent.prompt(step, prompt, **options)
+
     def attach(self, request_id: str, *, position: int | None = None) -> AsyncIterator[Any]:
         result: AsyncIterator[Any] = self.agent.attach(request_id, position=position)
         return result

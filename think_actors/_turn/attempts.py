@@ -34,6 +34,7 @@ from ..hooks import ChatErrorContext, ChatErrorStage, ChatResponseResult
 from ..messages import new_id
 from .budget import deadline_timer
 from .engine import Engine
+from .final_answer import has_content, without_final_answer
 from .journal import TurnJournal
 from .loop import run_steps
 from .overflow import compact
@@ -326,6 +327,9 @@ async def _stream(
     current = engine.queue.generation == spec.generation
     message = acc.message()
     persisted = current and acc.has_content
+    if run.final_answer is not None:  # the final-answer call is the output, not part of the stored reply
+        message = without_final_answer(message, run.final_answer)
+        persisted = persisted and has_content(message)
     if persisted:
         # Persist before releasing the slot, so the next turn sees this reply, and before on_chat_error (seed).
         if spec.branch_from is not None:

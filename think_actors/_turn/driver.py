@@ -186,6 +186,8 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
     data["channel"] = spec.channel
     if spec.metadata is not None:
         data["metadata"] = spec.metadata
+    if spec.final_answer:
+        data["final_answer"] = True
     engine.principal, engine.channel, engine.turn_metadata = spec.principal, spec.channel, spec.metadata
     ticket = open_run(engine, spec)
     if ticket is not None:  # a recovered turn goes on in the same run, with what it has used

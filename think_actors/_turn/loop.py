@@ -119,6 +119,14 @@ async def _settle(
     return None
 
 
+def _tool_choice(run: TurnRun, step_cfg: StepConfig, step_number: int) -> Any:
+    """The step's tool choice: ``before_step``'s, else the turn's; a workflow prompt's last permitted step must
+    call its final-answer tool (final_answer.py)."""
+    if run.final_answer is not None and step_number >= run.max_steps - 1:
+        return {"type": "function", "function": {"name": run.final_answer}}
+    return step_cfg.tool_choice if step_cfg.tool_choice is not None else run.tool_choice
+
+
 async def _stop(run: TurnRun) -> bool:
     for condition in run.stop_when:
         verdict = condition(run.steps)
@@ -205,7 +213,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             model=model_id,
             messages=[{"role": "system", "content": system}, *messages] if system else list(messages),
             tools=[t.spec() for t in offered],
-            tool_choice=step_cfg.tool_choice if step_cfg.tool_choice is not None else run.tool_choice,
+            tool_choice=_tool_choice(run, step_cfg, step_number),
             response_format=run.response_format,
             params=run.params,
             headers=run.headers,

@@ -18,6 +18,7 @@ from ..messages import ToolPart
 from .assembly import assemble_history, system_prompt
 from .convert import ensure_continue_checkpoint
 from .engine import Engine
+from .final_answer import final_answer_name, final_answer_tool, final_output
 from .run import TurnRun
 from .spec import TurnSpec
 
@@ -135,6 +136,14 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         if v is not None
     }
     messages = ensure_continue_checkpoint(cfg.messages if cfg.messages is not None else model_messages)
+    output_type = cfg.output or spec.output
+    active_tools, tool_choice, final = cfg.active_tools, cfg.tool_choice, None
+    if spec.final_answer and isinstance(output_type, type) and issubclass(output_type, BaseModel):
+        # A workflow prompt's output comes as the input of a final-answer call (final_answer.py), not in JSON mode.
+        final = final_answer_name(tools)
+        tools[final] = final_answer_tool(final, output_type)
+        active_tools = None if active_tools is None else [*active_tools, final]
+        tool_choice = tool_choice if tool_choice is not None else "required"
     return TurnRun(
         engine=engine,
         request_id=spec.request_id,
@@ -143,14 +152,14 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         system=system,
         messages=messages,
         tools=tools,
-        active_tools=cfg.active_tools,
-        tool_choice=cfg.tool_choice,
+        active_tools=active_tools,
+        tool_choice=tool_choice,
         max_steps=_max_steps(cfg, channel, agent.max_steps),
         stop_when=tuple(cfg.stop_when or ()),
         send_reasoning=cfg.send_reasoning if cfg.send_reasoning is not None else agent.send_reasoning,
         params=params,
-        response_format=_output_format(cfg.output or spec.output),
-        output_type=cfg.output or spec.output,
+        response_format=None if final else _output_format(output_type),
+        output_type=output_type,
         headers=cfg.headers,
         timeout_s=cfg.timeout_s,
         max_retries=cfg.max_retries,
@@ -169,6 +178,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         stats=spec.stats,
         transform=cfg.transform,
         ticket=spec.run,
+        final_answer=final,
     )
 
 
@@ -182,6 +192,8 @@ class _StageError(Exception):
 
 
 def _parse_output(run: TurnRun) -> Any:
+    if run.final_answer is not None:
+        return final_output(run)
     text = run.steps[-1].text if run.steps else ""
     output_type = run.output_type
     if isinstance(output_type, type) and issubclass(output_type, BaseModel):

@@ -39,6 +39,7 @@ from .agent_runs import RUN_PREFIX, record_recovered
 from .budget import reopen_run
 from .driver import TurnOutcome, TurnSpec, attempts, finish, prepare, recovered_trace, turn_stream
 from .engine import Engine
+from .final_answer import final_answer_name, has_content, without_final_answer
 from .journal import TurnJournal, delta_from, effect_key, last_segment, parse_log, replay, units
 from .pending import run_pending, settle_part, settled
 from .ports import LiveTurn
@@ -131,6 +132,7 @@ class Recovery:
             principal=Principal.from_stamp(record.data.get("principal")),
             channel=record.data.get("channel") if isinstance(record.data.get("channel"), str) else None,
             metadata=record.data.get("metadata") if isinstance(record.data.get("metadata"), dict) else None,
+            final_answer=bool(record.data.get("final_answer")),
         )
         resolve_turn_facts(spec, engine.messages)  # a record from before it kept them: the conversation's
         try:
@@ -243,6 +245,9 @@ async def recover_turn(engine: Engine, spec: Any) -> AsyncGenerator[Any, None]:
             log.warning("recovery of %s skipped a chunk it could not apply", record.request_id)
     # The stream that built it ended with the crash: its text and reasoning are as done as they will ever be.
     partial = _finished_parts(acc.message()) if acc.has_content else None
+    if partial is not None and spec.final_answer:  # a workflow prompt's final-answer call is never stored
+        partial = without_final_answer(partial, final_answer_name(engine.collect_tools()))
+        partial = partial if has_content(partial) else None
     # A continuation that was itself interrupted before saying anything continues the reply stored before it.
     resumes_stored = record.continuation and bool(engine.messages) and engine.messages[-1].role == "assistant"
     kind = "continue" if partial is not None or resumes_stored else "retry"

@@ -106,6 +106,7 @@ class TurnRun:
     journal: Any = None  # the attempt's TurnJournal while its stream runs (tool calls write the log with effects)
     transform: StreamTransform | None = None  # TurnConfig.transform: rewrites each step's model stream
     ticket: RunTicket | None = None  # the run's limits and account (RunLimits), when it has some
+    final_answer: str | None = None  # the final-answer tool whose input is the output (a workflow prompt's)
 
     @property
     def agent(self) -> Any:

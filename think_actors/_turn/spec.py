@@ -80,6 +80,7 @@ class TurnSpec:
     principal: Principal | None = None
     channel: str | None = None  # where it came from (resolved when the turn starts: given, the conversation's, web)
     metadata: dict[str, Any] | None = None  # the turn's own facts (Think's turnMetadata), stamped like the principal
+    final_answer: bool = False  # structured output through a final-answer tool (a workflow prompt: final_answer.py)
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
     response: ChatResponseResult | None = None  # what on_chat_response gets once the slot is released
     stats: TurnStats = field(default_factory=TurnStats)  # steps, tokens, tool calls: for chat:turn:finish

@@ -67,6 +67,7 @@ class Submissions:
         limits: RunLimits | None = None,
         principal: Principal | None = None,
         channel: str | None = None,
+        final_answer: bool = False,
     ) -> Submission:
         if callable(messages):
             raise ConfigurationError("submit_messages needs messages, not a function: its input is stored as given")
@@ -81,6 +82,8 @@ class Submissions:
         if metadata is not None and not isinstance(metadata, dict):
             raise ConfigurationError(f"metadata must be a dict, got {type(metadata).__name__}")
         wanted = _output_spec(output)
+        if wanted is not None and final_answer and "class" in wanted:
+            wanted["finalAnswer"] = True  # a workflow prompt: its output comes through a final-answer tool
         engine = self.engine
         await engine.ensure_started()
         sid = submission_id or new_id()
@@ -341,7 +344,9 @@ class Submissions:
             await finished(outcome)
 
         kept_limits = await store.get_kv(_LIMITS_KEY + sid)
+        wanted = await store.get_kv(_OUTPUT_KEY + sid)
         spec = TurnSpec(
+            final_answer=isinstance(wanted, dict) and bool(wanted.get("finalAnswer")),
             limits=RunLimits.model_validate(kept_limits) if isinstance(kept_limits, dict) else None,
             request_id=record.request_id,
             trigger="submission",

@@ -394,6 +394,28 @@ class AgentHandle:
             "wait_for_submission", submission_id, timeout_s=timeout_s
         )
 
+    async def prompt(
+        self,
+        step: str,
+        prompt: Any,
+        *,
+        output: Any = None,
+        timeout_s: float | None = 300.0,
+        channel: str | None = None,
+        principal: Principal | None = None,
+        limits: RunLimits | dict[str, Any] | None = None,
+    ) -> Submission:
+        """``Think.prompt`` on the actor: the workflow step ``step``, run once, its finished submission. Sent
+        again while the actor restarts: the step is idempotent by its name."""
+        options = {
+            "output": output,
+            "timeout_s": timeout_s,
+            "channel": channel,
+            "principal": Principal.of(principal),
+            "limits": RunLimits.of(limits),
+        }
+        return await self._forward_safe("prompt", step, prompt, **options)  # type: ignore[no-any-return]
+
     async def add_tool_result(self, tool_call_id: str, output: Any = None, **options: Any) -> bool:
         """``Think.add_tool_result`` on the actor."""
         return bool(await self._forward("add_tool_result", tool_call_id, output, **options))

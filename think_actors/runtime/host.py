@@ -71,6 +71,7 @@ _FORWARDED_METHODS = frozenset(
         "delete_submission",
         "delete_submissions",
         "wait_for_submission",
+        "prompt",
         "add_mcp_server",
         "remove_mcp_server",
         "get_mcp_servers",

@@ -198,7 +198,8 @@ def expected(body: bytes, prefix: str) -> Facts:
       (Magistral), else the text of ``reasoning_details`` entries of type ``reasoning.text`` / ``reasoning.summary``.
     - Usage: the last ``usage``, else Groq's ``x_groq.usage``; output tokens include reasoning tokens when the
       provider counted them apart (xAI: ``total = prompt + completion + reasoning``); cached input from
-      ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``.
+      ``prompt_tokens_details.cached_tokens`` or DeepSeek's ``prompt_cache_hit_tokens``; cache writes from
+      ``prompt_tokens_details.cache_write_tokens`` (OpenRouter).
     - Cost: what the provider reported (xAI's ``cost_in_usd_ticks``, OpenRouter's ``usage.cost``); else the price
       table's, which this function does not compute (the two clients must still agree on it).
     - An event whose data has a truthy ``error``: the stream fails with it (see ``stream_error``); a stream that
@@ -293,7 +294,8 @@ def usage_facts(usage: dict[str, Any]) -> tuple[Usage, float | None]:
         cost = usage["cost_in_usd_ticks"] * USD_PER_XAI_TICK
     elif isinstance(usage.get("cost"), int | float):
         cost = float(usage["cost"])
-    return Usage(prompt, completion, total, reasoning, cached), cost
+    written = (usage.get("prompt_tokens_details") or {}).get("cache_write_tokens")
+    return Usage(prompt, completion, total, reasoning, cached, written), cost
 
 
 def stream_error(error: Any) -> tuple[type[ModelError], str, bool, int | None]:

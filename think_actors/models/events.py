@@ -87,11 +87,20 @@ class FileEvent:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """The tokens one model request used, as the provider reported them (None where it reported nothing).
+
+    ``input_tokens`` counts the whole prompt, cached tokens included. ``cached_input_tokens`` is the part read from
+    the provider's prompt cache (OpenAI's and DeepSeek's automatic caching, Gemini's implicit caching, Anthropic's
+    ``cache_read_input_tokens``), billed at the cheaper cache-read price; ``cache_write_input_tokens`` the part
+    written to it (Anthropic's and Bedrock's ``cache_creation_input_tokens``), billed at the cache-write price.
+    """
+
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
     reasoning_tokens: int | None = None
     cached_input_tokens: int | None = None
+    cache_write_input_tokens: int | None = None
 
     def __add__(self, other: Usage) -> Usage:
         def add(a: int | None, b: int | None) -> int | None:
@@ -103,6 +112,7 @@ class Usage:
             add(self.total_tokens, other.total_tokens),
             add(self.reasoning_tokens, other.reasoning_tokens),
             add(self.cached_input_tokens, other.cached_input_tokens),
+            add(self.cache_write_input_tokens, other.cache_write_input_tokens),
         )
 
 
@@ -141,7 +151,10 @@ class ModelRequest:
 
     ``params`` holds sampling settings (temperature, top_p, top_k, max_tokens, presence_penalty,
     frequency_penalty, stop, seed); ``provider_options`` is passed through to the provider call as extra
-    keyword arguments.
+    keyword arguments. ``prompt_caching`` marks the prompt's stable prefix for providers whose cache needs it
+    (Anthropic's Claude, also on Bedrock, Vertex AI and Azure AI): None where litellm's model table says the model
+    supports prompt caching, True on every such provider's Claude model, False never. Providers that cache on their
+    own (OpenAI, DeepSeek, Gemini) need no marking either way.
     """
 
     model: str
@@ -154,6 +167,7 @@ class ModelRequest:
     timeout_s: float | None = None
     max_retries: int | None = None
     provider_options: dict[str, Any] = field(default_factory=dict)
+    prompt_caching: bool | None = None
 
 
 @runtime_checkable

@@ -20,6 +20,10 @@ RESPONSE_ID = "gen_ai.response.id"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+# Prompt tokens read from and written to the provider's prompt cache, both counted in gen_ai.usage.input_tokens (the
+# conventions' experimental cache attributes, opentelemetry-js ATTR_GEN_AI_USAGE_CACHE_READ/CREATION_INPUT_TOKENS).
+CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 TOOL_TYPE = "gen_ai.tool.type"  # "function": every tool, a child agent too, is a function to the model

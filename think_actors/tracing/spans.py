@@ -195,11 +195,19 @@ def end_chat(
     response_id: str | None,
     cost_usd: float | None,
     output: Any = None,
+    cache_read_input_tokens: int | None = None,
+    cache_creation_input_tokens: int | None = None,
 ) -> None:
     span = chat.span
     span.set_attribute(names.FINISH_REASONS, (finish_reason,))
     if input_tokens is not None:
         span.set_attribute(names.INPUT_TOKENS, input_tokens)
+    for name, tokens in (
+        (names.CACHE_READ_INPUT_TOKENS, cache_read_input_tokens),
+        (names.CACHE_CREATION_INPUT_TOKENS, cache_creation_input_tokens),
+    ):
+        if tokens is not None:
+            span.set_attribute(name, tokens)
     if output_tokens is not None:
         span.set_attribute(names.OUTPUT_TOKENS, output_tokens)
     if response_model:

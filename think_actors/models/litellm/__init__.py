@@ -19,7 +19,9 @@ What litellm 1.110.2's stream carries (measured with ``ScriptedOpenAIServer``) a
 - ``delta.images`` (Gemini, OpenRouter image output) -> ``FileEvent``.
 - ``provider_specific_fields`` of chunks and deltas -> ``FinishEvent.provider_metadata``, merged, the later value
   of a key winning (as litellm's own chunk builder does).
-- the usage chunk -> ``FinishEvent.usage`` and ``cost_usd`` from litellm's local price table.
+- the usage chunk -> ``FinishEvent.usage`` and ``cost_usd`` from litellm's local price table, cached prompt
+  tokens (``prompt_tokens_details.cached_tokens`` and ``cache_write_tokens``) priced at their own rates.
+- a request to a Claude model gets litellm's ``cache_control_injection_points`` (``prompt_caching.py``).
 - dropped or unsupported parameters are only logged by litellm, never reported on the response, so
   ``FinishEvent.warnings`` stays empty.
 
@@ -72,7 +74,8 @@ for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "litellm"):
 
 # The modules beside this one import litellm too: only after the configuration above.
 from .error_map import _to_model_error  # noqa: E402
-from .stream import _close, _int, _lookup_model_info, _StreamReader  # noqa: E402
+from .prompt_caching import injection_points  # noqa: E402
+from .stream import _close, _int, _lookup_model_info, _str, _StreamReader  # noqa: E402
 
 __all__ = ["LiteLLMClient"]
 
@@ -183,6 +186,10 @@ class LiteLLMClient:
         }
         kwargs.update((key, value) for key, value in optional.items() if value is not None)
         kwargs.update(request.params)
+        # Before the provider options, so a caller's own cache_control_injection_points replace these.
+        points = injection_points(request, _str(request.provider_options.get("custom_llm_provider")))
+        if points is not None:
+            kwargs["cache_control_injection_points"] = points
         kwargs.update(request.provider_options)
         return kwargs
 

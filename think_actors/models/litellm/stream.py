@@ -35,6 +35,8 @@ from think_actors.models.provider_data import (
 )
 from think_actors.models.provider_data import get as _get
 
+from .prompt_caching import cache_write_tokens
+
 _log = logging.getLogger("think_actors.models.litellm")
 
 # Where litellm keeps the provider's own usage.cost once it wrote its bill there (litellm_core_utils.core_helpers).
@@ -190,6 +192,7 @@ def _usage(raw: Any) -> Usage | None:
         total_tokens=total,
         reasoning_tokens=reasoning,
         cached_input_tokens=_int(getattr(prompt_details, "cached_tokens", None)),
+        cache_write_input_tokens=cache_write_tokens(raw),
     )
 
 

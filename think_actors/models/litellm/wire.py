@@ -32,6 +32,7 @@ from litellm.utils import (
 from think_actors.errors import ModelConnectionError, ModelError, ModelTimeoutError, ProviderError
 from think_actors.models.events import Usage
 from think_actors.models.litellm.error_map import _parse_body, _to_model_error
+from think_actors.models.litellm.prompt_caching import cache_write_tokens
 from think_actors.models.litellm.stream import _cost, _int, _log, _str
 from think_actors.models.provider_data import get as _get
 from think_actors.models.provider_data import output_tokens, reported_cost_usd
@@ -258,11 +259,17 @@ def _served_as_responses(api_model: str, provider: str) -> bool:
 
 
 def _litellm_settings_apply() -> bool:
-    """Whether litellm's global settings ask for something only its own route does (callbacks, TLS settings)."""
-    if litellm.ssl_verify is not True:
-        return True
+    """Whether litellm's global settings ask for something only its own route does (callbacks, TLS settings).
+
+    litellm registers a ``"cache"`` callback whenever a ``Cache`` object is built, also one for its own use that
+    reads nothing: its Vertex AI context-caching module builds one when it is imported, at the first Gemini or
+    Vertex AI request. That callback counts only with ``litellm.cache`` set, else one Gemini request would take
+    every later request of the process off the fast path.
+    """
+    if litellm.ssl_verify is not True or vars(litellm).get("cache") is not None:
+        return True  # TLS settings, or litellm's response cache: only its route applies them
     return any(
-        getattr(litellm, name, None)
+        callback != "cache"
         for name in (
             "callbacks",
             "input_callback",
@@ -271,6 +278,7 @@ def _litellm_settings_apply() -> bool:
             "_async_success_callback",
             "_async_failure_callback",
         )
+        for callback in getattr(litellm, name, None) or ()
     )
 
 
@@ -397,6 +405,7 @@ def wire_usage_and_cost(request: WireRequest, raw: Any) -> tuple[Usage | None, f
         reasoning_tokens=reasoning,
         # litellm reads each provider's cached-token field (OpenAI's details, DeepSeek's prompt_cache_hit_tokens).
         cached_input_tokens=_int(_get(getattr(usage_object, "prompt_tokens_details", None), "cached_tokens")),
+        cache_write_input_tokens=cache_write_tokens(usage_object),
     )
     reported = reported_cost_usd(raw)
     if reported is not None:

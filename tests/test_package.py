@@ -189,6 +189,7 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "ConfigurationError": {"request_id": "r"},
     "InvalidAgentNameError": {"name": "../etc"},
     "TurnError": {"request_id": "r", "stage": "turn", "messages_persisted": True},
+    "ExtensionError": {"request_id": "r", "stage": "stream", "extension": "audit", "hook": "before_tool_call"},
     "NestedTurnError": {"stage": "turn", "messages_persisted": False},
     "RunLimitError": {"stage": "stream", "limit": "max_total_tokens", "used": 1200, "allowed": 1000, "run_id": "r"},
     "TurnNotAuthorizedError": {"request_id": "r", "stage": "turn", "messages_persisted": True, "principal_id": "bob"},

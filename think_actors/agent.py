@@ -23,6 +23,8 @@ from .channels import Channel, channel_table, check_channel
 from .chat_stream import ChatStream
 from .delegation import LocalAgentHandle
 from .errors import ConfigurationError
+from .extensions import Extension
+from .extensions.chain import check_extensions
 from .hooks import (
     ChatRecoveryConfig,
     ContextOverflowConfig,
@@ -102,6 +104,8 @@ class Think(LifecycleHooks, DurableEntryPoints):
             marked (Claude on Anthropic, Bedrock, Vertex AI, Azure AI). None (default): where litellm's model table
             says the model supports it; True: on every Claude model; False: never. OpenAI, DeepSeek and Gemini
             cache on their own either way; ``Usage.cached_input_tokens`` reports the hits.
+        extensions: ``ta.Extension`` instances (``[ta.RedactPII(), ta.AuditLog()]``): their tools, context blocks and
+            hooks join the agent's; their hooks run after the agent's own, in list order (docs: Extensions).
     """
 
     model: str | ModelClient | None = None
@@ -126,6 +130,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
     max_concurrent_agent_tools: int | None = None
     channels: Sequence[Channel] = ()
     prompt_caching: bool | None = None
+    extensions: Sequence[Extension] = ()
 
     def __init__(
         self,
@@ -148,6 +153,7 @@ class Think(LifecycleHooks, DurableEntryPoints):
         if tools is not None:
             self.tools = tuple(tools)
         check_tool_names(type(self).__name__, self.tools)
+        check_extensions(self, self.tools)
         self._channels = channel_table(type(self).__name__, self.channels)
         if max_steps is not None:
             self.max_steps = max_steps

@@ -7,6 +7,7 @@ never a provider SDK type::
     ├── ConfigurationError          a bad class attribute, option or argument
     │   └── InvalidAgentNameError   a name that could escape its directory or key space
     ├── TurnError                   a turn could not start or run; stage, messages_persisted
+    │   ├── ExtensionError          an extension's hook failed under ``failure="closed"``; extension, hook
     │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
     │   ├── NoMessagesError         nothing to send to the model
     │   └── TurnNotAuthorizedError  ``authorize_turn`` refused the turn; principal_id
@@ -42,6 +43,7 @@ __all__ = [
     "AgentUnavailableError",
     "ConfigurationError",
     "ContextOverflowError",
+    "ExtensionError",
     "InvalidAgentNameError",
     "ModelConnectionError",
     "ModelError",
@@ -114,6 +116,18 @@ class TurnError(ThinkError):
     """A turn could not start or run."""
 
     _fields = (*ThinkError._fields, "stage", "messages_persisted")
+
+
+class ExtensionError(TurnError):
+    """An extension's hook raised or timed out and the extension fails closed (``failure="closed"``).
+
+    ``extension`` is the extension's name, ``hook`` the hook that failed. Raised where the agent's own hook raising
+    would be: a tool call fails with it (``before_tool_call``), else the turn does.
+    """
+
+    _fields = (*TurnError._fields, "extension", "hook")
+    extension: str
+    hook: str
 
 
 class NestedTurnError(TurnError):

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from ..chunks import ToolUpdate, parse_chunk
 from ..compaction import create_compact_function, estimate_tokens
 from ..errors import ConfigurationError, ThinkError, TurnError
+from ..extensions.chain import add_context_blocks, chain_of, extension_tools
 from ..hooks import ChatErrorContext, ChatResponseResult
 from ..identity import Principal
 from ..messages import UIMessage, WireModel
@@ -169,6 +170,7 @@ class Engine:
         session = Session(self.path, self.store)
         configured = await self.agent.configure_session(session)
         self.session = configured if isinstance(configured, Session) else session
+        add_context_blocks(self.agent, self.session)
         self._store = self.session.store
         if self.session.compaction is None:  # the shipped compaction: the agent's own model writes the summary
             self.session.on_compaction(create_compact_function(self.summarize))
@@ -318,6 +320,8 @@ class Engine:
         except Exception:
             log.exception("on_chat_error raised; reporting the original error")
             reported = error
+        if superseded(self.store) is None:
+            await chain_of(self.agent).on_chat_error(self.agent, error, ctx)
         if reported is None:
             reported = error
         text = _error_text(reported)
@@ -383,9 +387,11 @@ class Engine:
             return
         token = _in_response_hook.set(inside | {id(self)})
         try:
-            await self.agent.on_chat_response(result)
-        except Exception:
-            log.exception("on_chat_response raised (ignored)")
+            try:
+                await self.agent.on_chat_response(result)
+            except Exception:
+                log.exception("on_chat_response raised (ignored)")
+            await chain_of(self.agent).on_chat_response(self.agent, result)  # extensions: after the class's
         finally:
             _in_response_hook.reset(token)
 
@@ -443,6 +449,7 @@ class Engine:
         ]
         for t in extra:
             tools[t.name] = t.bind(agent)
+        extension_tools(agent, tools)
         return tools
 
     def start_tool(self, tool: Tool, value: Any, context: ToolContext) -> Any:

@@ -35,6 +35,7 @@ from ..chunks import (
     ui_finish_reason,
 )
 from ..errors import RunLimitError
+from ..extensions.chain import chain_of
 from ..hooks import ChunkContext, StepConfig, StepContext, StepResponse, StepResult, ToolCall, ToolResult
 from ..messages import FilePart, SourceUrlPart, new_id
 from ..models import (
@@ -174,6 +175,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
     agent = run.agent
     agent_engine = run.engine
     on_chunk = run.on_chunk
+    extensions = chain_of(agent)
     signal = run.signal
     current_task = task_lookup(asyncio.get_running_loop())
     # On Ray each question to the run's account is an actor call: a step's charge also admits the next request
@@ -192,18 +194,17 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         if run.context_overflow is not None and run.context_overflow.proactive is not None and run.steps:
             await proactive_messages(run)
         agent_engine.check_owner()  # a superseded process stops before its next step's hooks
-        step_cfg = (
-            await agent.before_step(
-                StepContext(
-                    request_id=run.request_id,
-                    step_number=step_number,
-                    steps=tuple(run.steps),
-                    model=run.model,
-                    messages=run.messages,
-                )
-            )
-            or StepConfig()
+        step_ctx = StepContext(
+            request_id=run.request_id,
+            step_number=step_number,
+            steps=tuple(run.steps),
+            model=run.model,
+            messages=run.messages,
         )
+        own_step = await agent.before_step(step_ctx)
+        step_cfg = own_step or StepConfig()
+        if extensions.hooked("before_step") or extensions.hooked("on_decision"):
+            step_cfg = await extensions.before_step(agent, step_ctx, step_cfg, own=own_step is not None)
         client, model_id = resolve_model(step_cfg.model or run.model)
         system = step_cfg.instructions or step_cfg.system or run.system
         messages = step_cfg.messages if step_cfg.messages is not None else run.messages
@@ -220,6 +221,7 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
             timeout_s=run.timeout_s,
             max_retries=run.max_retries,
             provider_options={**run.provider_options, **(step_cfg.provider_options or {})},
+            prompt_caching=agent.prompt_caching,
         )
         started = False  # start-step goes out once the model's stream has started, as the AI SDK sends it
 
@@ -335,6 +337,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
                 response_id=response.id,
                 cost_usd=finish.cost_usd if finish is not None else None,
                 output={"text": "".join(texts), "tool_calls": [[c[1], "".join(c[2])] for c in raw_calls.values()]},
+                cache_read_input_tokens=usage.cached_input_tokens,
+                cache_creation_input_tokens=usage.cache_write_input_tokens,
             )
         if not started:  # a stream that ended without an event still had a step
             yield StartStepChunk()
@@ -419,6 +423,8 @@ async def run_steps(run: TurnRun) -> AsyncGenerator[Any, None]:
         run.stats.add_step(usage, cost)
         agent_engine.check_owner()  # free: a process learns it was superseded at a refused write, not here
         await agent.on_step_finish(result)
+        if extensions.hooked("on_step_finish"):
+            await extensions.on_step_finish(agent, result, run.request_id)
         yield FinishStepChunk()
         if refused is not None:  # its calls were answered with the limit's error: the turn ends with it
             raise refused

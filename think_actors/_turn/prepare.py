@@ -13,6 +13,7 @@ from ..errors import (
     NoMessagesError,
     TurnNotAuthorizedError,
 )
+from ..extensions.chain import chain_of, chunk_hook
 from ..hooks import ChatErrorStage, TurnConfig, TurnContext
 from ..messages import ToolPart
 from .assembly import assemble_history, system_prompt
@@ -86,11 +87,15 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         channel=spec.channel or DEFAULT_CHANNEL,
         metadata=spec.metadata,
     )
-    cfg = await agent.before_turn(ctx) or TurnConfig()
+    own = await agent.before_turn(ctx)
+    cfg = own or TurnConfig()
     if not isinstance(cfg, TurnConfig):
         raise ConfigurationError(
             f"before_turn must return a TurnConfig or None, not {type(cfg).__name__}", request_id=spec.request_id
         )
+    extensions = chain_of(agent)
+    if extensions.hooked("before_turn") or extensions.hooked("on_decision"):  # theirs merge on top, in order
+        cfg = await extensions.before_turn(agent, ctx, cfg, own=own is not None)
     verdict = await agent.authorize_turn(ctx)
     if verdict is False or isinstance(verdict, str):
         who = spec.principal.id if spec.principal is not None else None
@@ -166,7 +171,7 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
         provider_options=dict(cfg.provider_options or {}),
         repair_tool_call=cfg.repair_tool_call,
         continuation=spec.continuation,
-        on_chunk=agent.on_chunk if engine.overrides("on_chunk") else None,
+        on_chunk=chunk_hook(agent, engine.overrides("on_chunk")),
         tool_call_ids={p.tool_call_id for m in repaired for p in m.parts if isinstance(p, ToolPart)},
         context_overflow=cfg.context_overflow if cfg.context_overflow is not None else agent.context_overflow,
         baseline=len(messages),

@@ -19,6 +19,7 @@ from ..chunks import (
     ToolOutputErrorChunk,
 )
 from ..errors import StoreFencedError
+from ..extensions.chain import chain_of
 from ..hooks import Allow, Block, Substitute, ToolCallContext, ToolCallResultContext, ToolResult
 from ..tools import Tool, ToolContext, ToolInputError, _jsonable
 from .engine import Engine
@@ -166,6 +167,9 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
     run.engine.check_owner()  # a superseded process runs no hook and no tool: the newer owner does
     try:
         decision = await agent.before_tool_call(ctx)
+        extensions = chain_of(agent)
+        if extensions.hooked("before_tool_call") or extensions.hooked("on_decision"):
+            decision = await extensions.before_tool_call(agent, ctx, decision)  # a Block or Substitute wins
         if isinstance(decision, Block):
             output = decision.reason or f'Tool "{call.tool_name}" was blocked by before_tool_call.'
         elif isinstance(decision, Substitute):
@@ -226,19 +230,21 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
     run.stats.add_tool_call(call.tool_name, outcome)
     emit(reported)
     run.engine.check_owner()
-    await agent.after_tool_call(
-        ToolCallResultContext(
-            request_id=run.request_id,
-            tool_call_id=call.tool_call_id,
-            tool_name=call.tool_name,
-            input=call.input,
-            step_number=run.step_number,
-            success=error is None,
-            output=output,
-            error=error,
-            duration_ms=duration_ms,
-        )
+    finished = ToolCallResultContext(
+        request_id=run.request_id,
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        input=call.input,
+        step_number=run.step_number,
+        success=error is None,
+        output=output,
+        error=error,
+        duration_ms=duration_ms,
     )
+    await agent.after_tool_call(finished)
+    extensions = chain_of(agent)
+    if extensions.hooked("after_tool_call"):
+        await extensions.after_tool_call(agent, finished)
     return ToolResult(
         tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input, output=output, error=error
     )

@@ -186,6 +186,6 @@ async def test_the_gateway_stamps_web_and_the_applications_turn_metadata_on_what
     assert stored[0]["metadata"] == {
         "mine": 1,
         "channel": "web",
-        "turnMetadata": {"agent": "watching/w1", "file": "a.py", "principal": {"id": "local", "roles": ["admin"]}},
+        "turnMetadata": {"agent": "watching/w1", "file": "a.py"},  # no principal: this gateway knows nobody
     }
     assert seen == [("web", {"agent": "watching/w1", "file": "a.py"})]

@@ -192,7 +192,6 @@ ERROR_FACTS: dict[str, dict[str, Any]] = {
     "ExtensionError": {"request_id": "r", "stage": "stream", "extension": "audit", "hook": "before_tool_call"},
     "NestedTurnError": {"stage": "turn", "messages_persisted": False},
     "RunLimitError": {"stage": "stream", "limit": "max_total_tokens", "used": 1200, "allowed": 1000, "run_id": "r"},
-    "TurnNotAuthorizedError": {"request_id": "r", "stage": "turn", "messages_persisted": True, "principal_id": "bob"},
     "NoMessagesError": {"request_id": "r", "stage": "turn", "messages_persisted": True},
     "ModelError": {"request_id": "r", "provider": "openai", "status_code": 500, "retryable": True},
     "ContextOverflowError": {"request_id": "r", "provider": "openai", "status_code": 400, "retryable": False},

@@ -569,10 +569,6 @@ async def test_on_step_finish_sees_the_cache_tokens() -> None:
     assert seen == [usage]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the turn loop (think_actors/_turn/loop.py) does not yet pass Think.prompt_caching into ModelRequest",
-)
 async def test_the_class_switch_reaches_the_model_request() -> None:
     requests: list[ModelRequest] = []
 

@@ -1,7 +1,7 @@
 """Who sent a turn: ``chat(..., principal=...)`` stamps the user messages it stores, every hook sees it
 (``ctx.principal``, ``active_principal``, ``ToolContext.principal``, ``ChatResponseResult.principal``), a
-continuation and a submission act for whoever sent their input, and ``authorize_turn`` may refuse the turn before
-its model runs."""
+continuation and a submission act for whoever sent their input, and ``authorize_turn`` decides what its actions
+may do."""
 
 from __future__ import annotations
 
@@ -98,24 +98,29 @@ async def test_a_continuation_acts_for_the_sender_of_the_latest_user_message() -
     assert watched.seen[0] == ("before_turn", "alice")
 
 
-async def test_authorize_turn_refusing_ends_the_turn_before_its_model_keeping_the_input() -> None:
-    model = ScriptedModel([text("never")])
-    watched = Watched("w", model=model, store=ta.MemoryStore())
+async def test_authorize_turn_sees_the_principal_and_decides_what_the_turns_actions_may_do() -> None:
+    class Acting(Watched):
+        @ta.action(permissions=["doors:open"])
+        async def open_door(self) -> str:
+            """Open the door."""
+            return "opened"
+
+    model = ScriptedModel([tool_call("open_door", {}, id="o1"), text("no")])
+    watched = Acting("w", model=model, store=ta.MemoryStore())
     banned = ta.Principal(id="mallory", roles=frozenset({"banned"}))
 
-    with pytest.raises(ta.TurnNotAuthorizedError) as raised:
-        await watched.save_messages("let me in", principal=banned)
+    result = await watched.save_messages("let me in", principal=banned)
 
-    assert raised.value.principal_id == "mallory"
-    assert raised.value.stage == "turn"
-    assert "banned users may not chat" in raised.value.message
-    assert [m.text for m in watched.get_messages()] == ["let me in"]
-    assert model.requests == []  # the model was never asked
-
-    stream = watched.chat("again", principal=banned)
-    chunks = await stream.collect()
-    assert (chunks[-1].type, stream.outcome.status) == ("error", "error")
-    assert "banned users may not chat" in (stream.outcome.error or "")
+    assert result.status == "completed"  # the turn runs; its actions are refused
+    part = next(p for p in watched.get_messages()[1].parts if isinstance(p, ta.ToolPart))
+    assert part.output == {
+        "error": {
+            "name": "ActionAuthorizationError",
+            "message": "banned users may not chat",
+            "permissions": ["doors:open"],
+        }
+    }
+    assert ("authorize_turn", "mallory") in watched.seen
 
 
 async def test_a_submission_keeps_who_submitted_and_its_turn_acts_for_them() -> None:

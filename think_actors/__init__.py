@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from . import logs, mcp, metrics, testing
 from ._turn.spec import TurnOutcome
 from ._turn.tool_calls import ToolRepairContext
+from .actions import ActionTool, PendingApproval, action
 from .agent import ChatStream, Think, kebab_case
 from .channels import Channel
 from .chunks import (
@@ -59,10 +60,11 @@ from .errors import (
     ThinkError,
     ToolExecutionError,
     TurnError,
-    TurnNotAuthorizedError,
 )
 from .extensions import AuditLog, Extension, HookDecision, RedactPII
 from .hooks import (
+    ActionAuthorization,
+    ActionAuthorizationContext,
     Allow,
     Block,
     ChatErrorContext,
@@ -147,6 +149,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "AbortChunk",
+    "ActionAuthorization",
+    "ActionAuthorizationContext",
+    "ActionTool",
     "AgentCycleError",
     "AgentError",
     "AgentHandle",
@@ -196,6 +201,7 @@ __all__ = [
     "ModelTimeoutError",
     "NestedTurnError",
     "NoMessagesError",
+    "PendingApproval",
     "PostgresStore",
     "Principal",
     "Proactive",
@@ -256,13 +262,13 @@ __all__ = [
     "TurnConfig",
     "TurnContext",
     "TurnError",
-    "TurnNotAuthorizedError",
     "TurnOutcome",
     "TurnResult",
     "UIChunk",
     "UIMessage",
     "Usage",
     "__version__",
+    "action",
     "actor_tool",
     "agent_tool",
     "cron",

@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from . import actions
 from ._turn.durable import Durable
 from ._turn.engine import Engine
+from .actions import PendingApproval
 from .errors import ConfigurationError
 from .identity import Principal
 from .limits import RunLimits
@@ -116,6 +118,26 @@ class DurableEntryPoints:
                 f"the workflow step {step!r} did not finish in {timeout_s} s; it goes on: call prompt({step!r}, ...) "
                 "again to keep waiting, or inspect_submission('step:...') to look"
             ) from None
+
+    async def pending_approvals(self, execution_id: str | None = None) -> list[PendingApproval]:
+        """The durable-pause actions waiting for a person (``ta.action(kind="durable-pause")``), oldest first, each
+        with what it would do; ``execution_id`` limits it to that one."""
+        await self._engine.ensure_started()
+        return await actions.pending_approvals(self, execution_id)
+
+    async def approve_execution(self, execution_id: str, *, auto_continue: bool = True) -> Any:
+        """Approve a parked action: its function runs now (through its ledger, so never twice), its output replaces
+        the paused one in the conversation, and the conversation continues (``auto_continue``) with no socket
+        needed. Exactly one approve or reject of an execution wins; another answers ``{"status": "error", ...}``,
+        never raises."""
+        return await actions.approve_execution(self, execution_id, auto_continue=auto_continue)
+
+    async def reject_execution(
+        self, execution_id: str, reason: str | None = None, *, auto_continue: bool = True
+    ) -> Any:
+        """Reject a parked action: its function never runs; the model sees ``{"status": "rejected", "reason"}``
+        and the conversation continues (``auto_continue``) so it can adapt."""
+        return await actions.reject_execution(self, execution_id, reason, auto_continue=auto_continue)
 
     async def inspect_submission(self, submission_id: str) -> Submission | None:
         """The submission's current state, or None when there is none."""

@@ -144,6 +144,15 @@ class LocalAgentHandle:
     async def wait_for_submission(self, submission_id: str, *, timeout_s: float | None = None) -> Any:
         return await self.agent.wait_for_submission(submission_id, timeout_s=timeout_s)
 
+    async def pending_approvals(self, execution_id: str | None = None) -> Any:
+        return await self.agent.pending_approvals(execution_id)
+
+    async def approve_execution(self, execution_id: str, **options: Any) -> Any:
+        return await self.agent.approve_execution(execution_id, **options)
+
+    async def reject_execution(self, execution_id: str, reason: str | None = None, **options: Any) -> Any:
+        return await self.agent.reject_execution(execution_id, reason, **options)
+
     async def prompt(self, step: str, prompt: Any, **options: Any) -> Any:
         """``Think.prompt``: the workflow step ``step``, run once, its finished submission."""
         return await self.agent.prompt(step, prompt, **options)

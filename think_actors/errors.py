@@ -9,8 +9,7 @@ never a provider SDK type::
     ├── TurnError                   a turn could not start or run; stage, messages_persisted
     │   ├── ExtensionError          an extension's hook failed under ``failure="closed"``; extension, hook
     │   ├── NestedTurnError         a blocking turn started from inside a turn of the same agent
-    │   ├── NoMessagesError         nothing to send to the model
-    │   └── TurnNotAuthorizedError  ``authorize_turn`` refused the turn; principal_id
+    │   └── NoMessagesError         nothing to send to the model
     ├── ModelError                  the model provider failed; provider, status_code, response_body, in_stream,
     │   │                           retry_after_s
     │   ├── ContextOverflowError    the prompt does not fit the model's context window
@@ -62,7 +61,6 @@ __all__ = [
     "ThinkError",
     "ToolExecutionError",
     "TurnError",
-    "TurnNotAuthorizedError",
 ]
 
 
@@ -136,12 +134,6 @@ class NestedTurnError(TurnError):
 
 class NoMessagesError(TurnError):
     """The transcript left nothing to send to the model."""
-
-
-class TurnNotAuthorizedError(TurnError):
-    """``authorize_turn`` refused the turn before its first model request (``principal_id``: who sent it)."""
-
-    _fields = (*TurnError._fields, "principal_id")
 
 
 class RunLimitError(TurnError):

@@ -300,6 +300,49 @@ class ToolCallContext:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class ActionAuthorization:
+    """What ``authorize_turn`` or ``authorize_action`` decides (Think's ``ActionAuthorizationDecision``): whether
+    actions may run, why not (the model sees the reason), and, from ``authorize_turn``, which permissions this
+    turn's actions have (None: all)."""
+
+    allowed: bool = True
+    reason: str | None = None
+    granted_permissions: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, decision: Any) -> ActionAuthorization:
+        """A hook's answer as a decision: None or True allows, False refuses, a str refuses with that reason."""
+        if decision is None or decision is True:
+            return cls()
+        if decision is False:
+            return cls(allowed=False)
+        if isinstance(decision, str):
+            return cls(allowed=False, reason=decision)
+        if isinstance(decision, ActionAuthorization):
+            return decision
+        raise TypeError(
+            f"an authorization hook returns None, a bool, a reason (str) or ActionAuthorization, not {decision!r}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActionAuthorizationContext:
+    """An action call to authorize (``authorize_action``): its input is known, and so are the permissions it
+    needs; ``granted_permissions`` is what ``authorize_turn`` granted the turn (None: everything)."""
+
+    request_id: str
+    tool_call_id: str
+    action: str
+    kind: str
+    input: Any
+    required_permissions: tuple[str, ...]
+    granted_permissions: tuple[str, ...] | None
+    principal: Principal | None = None
+    turn_allowed: bool = True  # authorize_turn allowed the turn's actions
+    turn_reason: str | None = None  # why not, when it did not
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ToolCallResultContext:
     """A finished tool call. ``input`` is the model's input even when ``before_tool_call`` replaced it."""
 

@@ -9,6 +9,8 @@ from typing import Any
 
 from ._turn.convert import default_repair
 from .hooks import (
+    ActionAuthorization,
+    ActionAuthorizationContext,
     ChatErrorContext,
     ChatRecoveryContext,
     ChatResponseResult,
@@ -52,16 +54,33 @@ class LifecycleHooks:
         """
         return None
 
-    async def authorize_turn(self, ctx: TurnContext) -> bool | str | None:
-        """Decide whether the turn may run, after ``before_turn`` and before its first model request. Turn lock
-        held; once per turn, every entry point (recoveries and continuations included).
+    async def authorize_turn(self, ctx: TurnContext) -> bool | str | ActionAuthorization | None:
+        """Decide what this turn's actions may do, after ``before_turn`` and before the first model request. Turn
+        lock held; once per turn, every entry point (recoveries and continuations included).
 
-        ``ctx.principal`` is who sent the turn (None when nobody said). Return None or True to go on; False or a
-        reason (str) to refuse: the turn ends with ``TurnNotAuthorizedError`` (stage ``turn``) through
-        ``on_chat_error``, without a model request; its input stays stored. Raising fails the turn the same way
-        with your error.
+        ``ctx.principal`` is who sent the turn. Return None or True to allow every action, False or a reason (str)
+        to refuse them all (each call answers with an ``ActionAuthorizationError`` the model sees; the turn goes
+        on), or ``ActionAuthorization(granted_permissions=(...))`` to allow only actions whose permissions are all
+        granted (Think's ``authorizeTurn``). Ordinary tools are not affected. Raising fails the turn.
         """
         return None
+
+    async def authorize_action(self, ctx: ActionAuthorizationContext) -> bool | str | ActionAuthorization | None:
+        """Decide whether one action call may run, once its input and the permissions it needs are known (Think's
+        ``authorizeAction``). Runs in the action's call; a durable-pause action is authorized when it parks.
+
+        The default enforces ``authorize_turn``'s decision: refused when the turn's actions are, else allowed when
+        every permission the action needs was granted (``ctx.granted_permissions`` None: all were). Return None or
+        True to allow, False or a reason (str) to refuse: the call's output is then
+        ``{"error": {"name": "ActionAuthorizationError", "message": ..., "permissions": [...]}}``.
+        """
+        if not ctx.turn_allowed:
+            return ActionAuthorization(allowed=False, reason=ctx.turn_reason)
+        granted = ctx.granted_permissions
+        if granted is None:
+            return None
+        missing = [p for p in ctx.required_permissions if p not in granted]
+        return f"Missing required permission: {', '.join(missing)}" if missing else None
 
     async def before_step(self, ctx: StepContext) -> StepConfig | None:
         """Change one step before its model request. Turn lock held; once per step.

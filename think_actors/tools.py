@@ -180,7 +180,7 @@ class Tool:
         """This tool with ``self`` bound to ``owner`` when its function is a method; else itself."""
         if not self._is_method or self.fn is None:
             return self
-        bound = Tool.__new__(Tool)
+        bound = type(self).__new__(type(self))  # a subclass (an action) stays one
         bound.__dict__.update(self.__dict__)
         bound.fn = self.fn.__get__(owner)
         bound._is_method = False

@@ -20,7 +20,7 @@ from ..chunks import ToolUpdate, parse_chunk
 from ..compaction import create_compact_function, estimate_tokens
 from ..errors import ConfigurationError, ThinkError, TurnError
 from ..extensions.chain import add_context_blocks, chain_of, extension_tools
-from ..hooks import ChatErrorContext, ChatResponseResult
+from ..hooks import ActionAuthorization, ChatErrorContext, ChatResponseResult
 from ..identity import Principal
 from ..messages import UIMessage, WireModel
 from ..models import ModelRequest, TextDelta, count_tokens, resolve_model
@@ -88,6 +88,7 @@ class Engine:
         self.principal: Principal | None = None  # who sent the turn holding the slot (``Think.active_principal``)
         self.channel: str | None = None  # where it came from (``Think.active_channel``)
         self.turn_metadata: dict[str, Any] | None = None  # its own facts (``Think.active_turn_metadata``)
+        self.action_authorization = ActionAuthorization()  # what authorize_turn allowed the turn's actions
 
     def attach(self, *, submissions: SubmissionsPort, recovery: RecoveryPort, interactions: InteractionsPort) -> None:
         """Hand the engine the durable features built on it (they run turns through the driver, above this module)."""

@@ -126,6 +126,22 @@ class Interactions:
             self._arm()
         return applied
 
+    async def resolve_paused(self, tool_call_id: str, change: Any, auto_continue: bool) -> bool:
+        """Replace a settled call's output (a durable-pause action's, once a person answered), then continue the
+        conversation as an auto-continuation, with or without anyone connected; False when no part took it."""
+        await self.engine.ensure_started()
+        async with self._lock:
+            applied = await self._change(tool_call_id, change)
+        if applied and auto_continue:
+            await self.continue_now()
+        return applied
+
+    async def continue_now(self) -> None:
+        """Arm the continuation (durably: a restart arms it again) as an answer with ``autoContinue`` does."""
+        self._armed = True
+        await self._store_armed(True)
+        self._arm()
+
     async def _change(self, tool_call_id: str, change: Any) -> bool:
         engine = self.engine
         for message in reversed(engine.messages):

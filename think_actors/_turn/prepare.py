@@ -11,10 +11,9 @@ from ..channels import DEFAULT_CHANNEL, Channel
 from ..errors import (
     ConfigurationError,
     NoMessagesError,
-    TurnNotAuthorizedError,
 )
 from ..extensions.chain import chain_of, chunk_hook
-from ..hooks import ChatErrorStage, TurnConfig, TurnContext
+from ..hooks import ActionAuthorization, ChatErrorStage, TurnConfig, TurnContext
 from ..messages import ToolPart
 from .assembly import assemble_history, system_prompt
 from .convert import ensure_continue_checkpoint
@@ -96,17 +95,8 @@ async def prepare(engine: Engine, spec: TurnSpec) -> TurnRun:
     extensions = chain_of(agent)
     if extensions.hooked("before_turn") or extensions.hooked("on_decision"):  # theirs merge on top, in order
         cfg = await extensions.before_turn(agent, ctx, cfg, own=own is not None)
-    verdict = await agent.authorize_turn(ctx)
-    if verdict is False or isinstance(verdict, str):
-        who = spec.principal.id if spec.principal is not None else None
-        reason = verdict if isinstance(verdict, str) and verdict else "authorize_turn returned False"
-        raise TurnNotAuthorizedError(
-            f"the turn was not authorized{f' for {who!r}' if who else ''}: {reason}",
-            request_id=spec.request_id,
-            stage="turn",
-            messages_persisted=True,
-            principal_id=who,
-        )
+    # What this turn's actions may do (Think's authorizeTurn): the actions' default authorize_action enforces it.
+    engine.action_authorization = ActionAuthorization.of(await agent.authorize_turn(ctx))
     if cfg.model is None and model is None:
         raise ConfigurationError(
             f"{type(agent).__name__} has no model: set the class attribute `model` or return one from before_turn",

@@ -19,7 +19,7 @@ from ..limits import RunLimits
 from ..messages import UIMessage
 from ..turn_metadata import stamp
 from . import protocol
-from .access import QuotaExceeded
+from .access import LOCAL_USER, QuotaExceeded
 from .protocol import FrameError
 from .relay import Relays
 from .rooms import OWN_KEPT, _Room
@@ -102,6 +102,8 @@ class ChatTurns(Relays):
         """The request's messages the server does not have yet (the server's copy wins: reference §3.5), stamped
         with who sent them and the application's facts of the request (``Gateway(turn_metadata=...)``)."""
         principal = getattr(ws, "principal", None)
+        if principal is LOCAL_USER:  # a gateway without authentication knows nobody: it stamps no one (as Think)
+            principal = None
         known = await agent.get_messages()
         return [stamp(_stamp_web(m), metadata=facts, principal=principal) for m in reconcile(incoming, known)]
 

@@ -19,7 +19,7 @@ import pytest
 
 import think_actors as ta
 from think_actors import actions
-from think_actors.testing import ScriptedModel, text, tool_call
+from think_actors.testing import ScriptedModel, delay, text, tool_call
 
 
 class Shop(ta.Think):
@@ -311,3 +311,77 @@ def test_bad_action_definitions_are_refused_where_they_are_written() -> None:
         ta.action(kind="later")  # type: ignore[arg-type]
     with pytest.raises(ta.ConfigurationError, match="timeout_s must be"):
         ta.action(timeout_s=0)
+
+
+async def test_an_approved_actions_input_cannot_be_changed_by_before_tool_call() -> None:
+    class Rewriting(Shop):
+        @ta.action(approval=True)
+        async def transfer(self, amount: int) -> str:
+            """Transfer money (a person approves each transfer)."""
+            self.refunded.append(f"transferred {amount}")
+            return f"transferred {amount}"
+
+        async def before_tool_call(self, ctx: ta.ToolCallContext) -> Any:
+            return ta.Allow(input={"amount": 10_000}) if ctx.tool_name == "transfer" else None
+
+    agent = shop(tool_call("transfer", {"amount": 5}, id="t1"), text("Done?"), cls=Rewriting)
+    await agent.save_messages("send 5")
+    assert next(p for p in agent.get_messages()[-1].parts if isinstance(p, ta.ToolPart)).state == "approval-requested"
+
+    assert await agent.add_tool_approval("t1", True, auto_continue=True)
+    await agent.wait_until_stable(timeout_s=10)
+
+    assert outputs(agent)["t1"] == {
+        "error": {
+            "name": "ActionApprovalInputError",
+            "message": "Approved action input cannot be changed by before_tool_call",
+        }
+    }
+    assert agent.refunded == []
+
+
+async def test_another_agent_approves_a_parked_action_from_its_tool() -> None:
+    desk = shop(tool_call("refund", {"order": "8"}, id="r1"), text("Waiting."), text("Refunded."))
+    handle = ta.LocalAgentHandle(desk)
+
+    class Supervisor(ta.Think):
+        @ta.tool
+        async def approve_all(self) -> list[Any]:
+            """Approve every refund waiting at the desk."""
+            return [await handle.approve_execution(p.execution_id) for p in await handle.pending_approvals()]
+
+    await desk.save_messages("refund order 8")
+    supervisor = Supervisor(
+        "boss", model=ScriptedModel([tool_call("approve_all", {}), text("Approved.")]), store=ta.MemoryStore()
+    )
+    await supervisor.save_messages("approve what waits")
+    await desk.wait_until_stable(timeout_s=10)
+
+    assert desk.refunded == ["8"] and outputs(supervisor)
+    assert desk.get_messages()[-1].text == "Refunded."
+
+
+async def test_an_approval_racing_a_cancelled_turn_runs_once_and_continues_after_it() -> None:
+    agent = shop(
+        tool_call("refund", {"order": "4"}, id="r1"),
+        text("Waiting."),
+        delay(0.5) + text("never finished"),  # a new turn, cancelled while the approval arrives
+        text("Refund done."),
+    )
+    await agent.save_messages("refund order 4")
+    [pending] = await agent.pending_approvals()
+
+    stream = agent.chat("anything else?")
+    reading = asyncio.ensure_future(stream.collect())
+    await asyncio.sleep(0.05)
+    approved = asyncio.ensure_future(agent.approve_execution(pending.execution_id))
+    agent.cancel_chat(stream.request_id)
+    await reading
+    result = await approved
+    await agent.wait_until_stable(timeout_s=10)
+
+    assert stream.outcome.status == "aborted"
+    assert result == "refunded 4" and agent.refunded == ["4"]
+    assert outputs(agent)["r1"] == "refunded 4"
+    assert agent.get_messages()[-1].text == "Refund done."
+    assert await agent.pending_approvals() == []

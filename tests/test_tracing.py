@@ -672,5 +672,6 @@ async def test_a_turns_span_says_who_sent_it(spans: InMemorySpanExporter) -> Non
 
     first, second = named(spans, "invoke_agent Think")
     assert (first.attributes or {})["user.id"] == "alice"
+    assert (first.attributes or {})["think_actors.channel"] == "web"
     assert list((first.attributes or {})["user.roles"]) == ["editor", "reader"]
     assert "user.id" not in (second.attributes or {})

@@ -17,7 +17,7 @@ COUNTER = "refund-counter"
 
 class DeskModel:
     """Answers from the request alone (a restarted actor gets the same answers): no tool result yet, a refund
-    call; a paused one, that it waits; a settled one, that the refund is done."""
+    call; a paused one, that it waits; a rejected one, that it was not approved; else, that the refund is done."""
 
     model_id = "desk"
 
@@ -27,7 +27,11 @@ class DeskModel:
             yield ToolCallDelta(0, "r1", "refund", '{"order": "A-1"}')
             yield FinishEvent("tool_calls", Usage())
             return
-        yield TextDelta("Waiting for approval." if "paused" in str(results[-1]) else "Refund done.")
+        last = str(results[-1])
+        said = (
+            "Waiting for approval." if "paused" in last else "Not approved." if "rejected" in last else "Refund done."
+        )
+        yield TextDelta(said)
         yield FinishEvent("stop", Usage())
 
 

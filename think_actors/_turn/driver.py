@@ -127,6 +127,7 @@ async def turn_stream(engine: Engine, spec: TurnSpec) -> AsyncIterator[Any]:
             stats=spec.stats,
             limit=outcome.limit,
             principal=spec.principal,
+            channel=spec.channel,
         )
         logs.restore(log_context)
 

@@ -56,7 +56,9 @@ async def run_pending(engine: Engine, run: Any, message: UIMessage, parts: list[
     calls = []
     for part in parts:
         tool = run.tools.get(part.name)
-        call = ParsedCall(part.tool_call_id, part.name, "", input=part.input, tool=tool)
+        call = ParsedCall(
+            part.tool_call_id, part.name, "", input=part.input, tool=tool, approved=part.state == "approval-responded"
+        )
         if tool is not None:
             call.validated = tool.validate_input(part.input if isinstance(part.input, dict) else {})
         calls.append(call)

@@ -47,6 +47,7 @@ class ParsedCall:
     validated: Any = None  # what the function receives
     tool: Tool | None = None
     error: str | None = None  # input error the model will see instead of a result
+    approved: bool = False  # a person approved this call (it runs in the turn after the approval)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +175,14 @@ async def _execute_call(run: TurnRun, call: ParsedCall, emit: Any, emitted: list
             output = decision.reason or f'Tool "{call.tool_name}" was blocked by before_tool_call.'
         elif isinstance(decision, Substitute):
             output = _jsonable(decision.output)
+        elif call.approved and isinstance(decision, Allow) and decision.replaces_input and _is_action(call.tool):
+            # A person approved this input of an action: another one must not run under that approval (Think).
+            output = {
+                "error": {
+                    "name": "ActionApprovalInputError",
+                    "message": "Approved action input cannot be changed by before_tool_call",
+                }
+            }
         else:
             value = decision.input if isinstance(decision, Allow) and decision.replaces_input else call.validated
             context = ToolContext(
@@ -294,3 +303,8 @@ async def run_calls(run: TurnRun, calls: list[ParsedCall], results: list[ToolRes
             task.cancel()
         # Wait for them: no tool of a turn outlives it (an aborted turn's tools stop before it reports).
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _is_action(tool: Any) -> bool:
+    """Whether ``tool`` is an action (``think_actors.actions``, a layer above this one, marks it ``action``)."""
+    return getattr(tool, "action", None) is not None

@@ -42,6 +42,7 @@ MODEL_ID = "think_actors.model"  # the model id as the agent gave it, litellm's 
 REQUEST_ID = "think_actors.request_id"
 AGENT_PATH = "think_actors.agent.path"
 NODE_ID = "think_actors.node_id"
+CHANNEL = "think_actors.channel"  # where the turn came from: web, or a channel of the agent's class
 TRIGGER = "think_actors.trigger"  # chat, save_messages, submission, recovery, continuation ...
 STATUS = "think_actors.status"  # completed | aborted | skipped | error (turns); ok | error | blocked (tools)
 COST = "think_actors.cost_usd"

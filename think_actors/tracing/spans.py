@@ -119,9 +119,12 @@ def end_turn(
     tree: Any = None,
     limit: str | None = None,
     principal: Any = None,
+    channel: str | None = None,
 ) -> None:
     span = turn.span
     span.set_attribute(names.STATUS, status)
+    if channel is not None:
+        span.set_attribute(names.CHANNEL, channel)
     if principal is not None:  # who sent the turn, as the server authenticated them
         span.set_attribute(names.USER_ID, principal.id)
         if principal.roles:

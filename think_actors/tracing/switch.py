@@ -140,9 +140,11 @@ def end_turn(
     stats: Any,
     limit: str | None = None,
     principal: Any = None,
+    channel: str | None = None,
 ) -> None:
     """Close what ``start_turn`` opened (``stats``: the turn's steps, tokens and cost, and what the agents it
-    started used; ``limit``: the RunLimits field that ended it; ``principal``: who sent it); no-op for None."""
+    started used; ``limit``: the RunLimits field that ended it; ``principal``: who sent it;
+    ``channel``: where from); no-op for None."""
     if turn is None or _impl is None:
         return
     _impl.end_turn(
@@ -157,6 +159,7 @@ def end_turn(
         tree=stats.tree_usage() if stats.children.agents else None,
         limit=limit,
         principal=principal,
+        channel=channel,
     )
 
 

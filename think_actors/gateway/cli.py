@@ -161,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # One gateway actor per machine of the cluster, and with --model-pools every node's model servers; this
         # process looks again every few seconds, so machines and nodes that join later get theirs (Ctrl-C stops).
         gateways: list[Any] = []
-        served: set[str] = set()
+        served: dict[str, str] = {}  # node address -> the node whose gateway serves it
         pooled: set[str] = set()
         await run_app_setup(args.app)  # once, before any gateway: the actors its agents' tools reach
         try:

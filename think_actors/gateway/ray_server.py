@@ -43,16 +43,24 @@ class GatewayServer:
 
 
 async def start_gateways(
-    app_module: str, *, host: str, port: int, options: dict[str, Any], served: set[str] | None = None
+    app_module: str, *, host: str, port: int, options: dict[str, Any], served: dict[str, str] | None = None
 ) -> list[tuple[Any, str]]:
-    """One gateway actor per node address of the cluster, except the addresses in ``served`` (the new ones are
-    added to it); returns the actors and the URLs they serve."""
+    """One gateway actor per node address of the cluster, except the addresses in ``served`` (address -> the id of
+    the node whose gateway serves it; the new ones are added to it); returns the actors and the URLs they serve.
+
+    An address whose serving node is no longer alive is served again: a node that restarts at the same address (a
+    Kubernetes pod whose Ray container restarted) gets a new gateway, as the old one died with its node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = _require_config()
     started: list[tuple[Any, str]] = []
-    addresses: set[str] = served if served is not None else set()
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
+    addresses: dict[str, str] = served if served is not None else {}
+    nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    alive = {node["NodeID"] for node in nodes if node.get("Alive")}
+    for address, node_id in list(addresses.items()):
+        if node_id not in alive:
+            del addresses[address]
+    for node in nodes:
         address = node.get("NodeManagerAddress")
         if not node.get("Alive") or address in addresses:
             continue  # several simulated nodes on one machine share its port: one gateway per machine
@@ -67,6 +75,6 @@ async def start_gateways(
             # gateway killed during its start used to leave the machine without one for good.
             ray.kill(actor)
             raise
-        addresses.add(address)
+        addresses[address] = node["NodeID"]
         started.append((actor, url))
     return started

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from think_actors.gateway.ray_server import forget_dead
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 KUBERAY = DEPLOY / "kuberay"
@@ -330,3 +332,16 @@ def test_the_guide_shows_how_to_apply_them() -> None:
     assert "## On Kubernetes (KubeRay)" in guide
     assert "kubectl apply -k deploy/kuberay" in guide
     assert yaml.safe_load(SECRET_EXAMPLE.read_text())["metadata"]["name"] in guide
+
+
+def test_serve_starts_a_gateway_again_where_a_node_restarted_at_the_same_address() -> None:
+    """A Ray container restarting in its pod is a new node at the old address: its address must be served again,
+    while an address whose node lives on keeps its gateway."""
+    served = {"10.0.0.5": "old-node", "10.0.0.6": "steady-node"}
+    nodes = [
+        {"NodeID": "old-node", "NodeManagerAddress": "10.0.0.5", "Alive": False},
+        {"NodeID": "new-node", "NodeManagerAddress": "10.0.0.5", "Alive": True},
+        {"NodeID": "steady-node", "NodeManagerAddress": "10.0.0.6", "Alive": True},
+    ]
+    forget_dead(served, nodes)
+    assert served == {"10.0.0.6": "steady-node"}

@@ -12,7 +12,7 @@ from .app import Gateway
 from .classes import agent_classes, app_access
 from .directory import RayDirectory
 
-__all__ = ["GatewayServer", "start_gateways"]
+__all__ = ["GatewayServer", "forget_dead", "start_gateways"]
 
 
 @ray.remote(num_cpus=0, max_concurrency=1000)  # type: ignore[call-overload]
@@ -56,10 +56,7 @@ async def start_gateways(
     started: list[tuple[Any, str]] = []
     addresses: dict[str, str] = served if served is not None else {}
     nodes = ray.nodes()  # type: ignore[no-untyped-call]
-    alive = {node["NodeID"] for node in nodes if node.get("Alive")}
-    for address, node_id in list(addresses.items()):
-        if node_id not in alive:
-            del addresses[address]
+    forget_dead(addresses, nodes)
     for node in nodes:
         address = node.get("NodeManagerAddress")
         if not node.get("Alive") or address in addresses:
@@ -78,3 +75,11 @@ async def start_gateways(
         addresses[address] = node["NodeID"]
         started.append((actor, url))
     return started
+
+
+def forget_dead(served: dict[str, str], nodes: list[dict[str, Any]]) -> None:
+    """Drop from ``served`` the addresses whose serving node is not alive among ``nodes`` (``ray.nodes()``)."""
+    alive = {node["NodeID"] for node in nodes if node.get("Alive")}
+    for address, node_id in list(served.items()):
+        if node_id not in alive:
+            del served[address]

@@ -94,7 +94,7 @@ def auth() -> JWTAuth:
     return JWTAuth(algorithms=["HS256"], key=SECRET)
 
 
-def token(sub: str, *, key: str = SECRET, expires_in_s: int = 600, **claims: Any) -> str:
+def token(sub: str, *, key: str = SECRET, expires_in_s: int = 86_400, **claims: Any) -> str:
     """A JWT for ``sub`` signed by ``key`` (the identity provider's own by default)."""
     now = int(time.time())
     return jwt.encode({"sub": sub, "iat": now, "exp": now + expires_in_s, **claims}, key, algorithm="HS256")

@@ -108,3 +108,31 @@ def test_a_tree_spread_over_the_nodes_stops_at_its_limit_and_at_one_cancel(scena
     assert facts["still_running"] == 0, "every grandchild stopped by the root's cancel, on its node"
     assert facts["stopped"] == ["aborted"]
     assert facts["cancel_to_last_stopped_s"] < 20  # long before their models' 30 s (timed by bench_limits.py)
+
+
+def test_a_parked_action_outlives_its_node_and_is_approved_by_another_agent(scenario: dict[str, Any]) -> None:
+    facts = check(scenario, "action_pause")
+    assert facts["first_reply"] == "Waiting for approval.", "the refund parked: the model was told it waits"
+    assert facts["node_before"] == "w2"
+    assert facts["node_after"] in ("head", "w1") and facts["pid_changed"], "re-created in another process, elsewhere"
+    [execution_id] = facts["pending_before_loss"]
+    assert execution_id.startswith("actpause_")
+    assert facts["pending_after_loss"] == [execution_id], "the pending approval outlived w2 in PostgreSQL"
+    assert facts["approver_node"] == "w1"
+    assert facts["approver_tool_outputs"] == ["refunded A-1"], "the approve ran the refund and answered its output"
+    assert facts["approver_reply"] == "approver heard: refunded A-1"
+    assert facts["second_approve"] == {
+        "status": "error",
+        "executionId": execution_id,
+        "error": f'Execution "{execution_id}" is no longer pending: it was approved or rejected elsewhere, or it '
+        "never existed.",
+    }
+    assert (facts["count_before"], facts["count"]) == (0, 1), "the refund ran once, after the approval"
+    assert facts["pending_after_approval"] == []
+    assert facts["desk_tool_outputs"] == ["refunded A-1"], "the refund's output replaced the paused one"
+    assert facts["desk_last_text"] == "Refund done.", "the conversation went on by itself after the approval"
+    assert facts["sql"] == {
+        "generation": 2,  # the desk re-created off w2 claimed the next lease generation
+        "roles": ["user", "assistant", "assistant"],  # the turn that parked, then the continuation
+        "submissions": [],
+    }

@@ -8,6 +8,7 @@ on, so an actor that Ray re-creates on another node answers the same request the
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,7 @@ import think_actors as ta
 from think_actors.models import FinishEvent, ModelRequest, TextDelta, ToolCallDelta, Usage
 
 HOLD_S = 3600.0  # how long "hold on <node>" keeps a turn running on that node: until the node is gone
+COUNTER = "refund-counter"  # the named actor counting RefundDesk's refunds, on the head (it outlives w2)
 
 
 def this_node() -> str:
@@ -86,3 +88,81 @@ class Lead(ta.Think):
     def __init__(self, *args: Any, child_node: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.tools = (ta.agent_tool(Helper, name="ask_helper", description="Ask the helper.", node_id=child_node),)
+
+
+@ray.remote(num_cpus=0)
+class Counter:
+    """Counts the refunds that ran, whichever process ran them."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def bump(self) -> int:
+        self.calls += 1
+        return self.calls
+
+    async def count(self) -> int:
+        return self.calls
+
+
+class DeskModel:
+    """No tool result yet: a refund call; a paused one: that it waits; else: that the refund is done."""
+
+    model_id = "desk"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        results = [m["content"] for m in request.messages if m["role"] == "tool"]
+        if not results:
+            yield ToolCallDelta(0, "r1", "refund", '{"order": "A-1"}')
+            yield FinishEvent("tool_calls", Usage())
+            return
+        yield TextDelta("Waiting for approval." if "paused" in str(results[-1]) else "Refund done.")
+        yield FinishEvent("stop", Usage())
+
+
+class RefundDesk(ta.Think):
+    """Asks for a refund, a durable-pause action (it parks), and once it is approved says it is done."""
+
+    model = DeskModel()
+
+    @ta.action(kind="durable-pause", permissions=["orders:refund"], idempotency_key=lambda value: value["order"])
+    async def refund(self, order: str) -> str:
+        """Refund an order."""
+        counter = ray.get_actor(COUNTER, namespace=ray.get_runtime_context().namespace)
+        await counter.bump.remote()
+        return f"refunded {order}"
+
+
+class ApproveWhatIsAsked:
+    """``approve <execution id>``: calls ``approve`` with that id (a fixed call id), then answers with its output."""
+
+    model_id = "approve-what-is-asked"
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        results = [m["content"] for m in request.messages if m["role"] == "tool"]
+        if not results:
+            execution_id = last_user_text(request).removeprefix("approve ")
+            yield ToolCallDelta(0, "call-approve", "approve", json.dumps({"execution_id": execution_id}))
+            yield FinishEvent("tool_calls", Usage())
+        else:
+            yield TextDelta(f"approver heard: {results[-1]}")
+            yield FinishEvent("stop", Usage())
+
+
+class Approver(ta.Think):
+    """Approves the parked actions of ``desk`` (an AgentHandle: it pickles into this actor, wherever that runs)."""
+
+    model = ApproveWhatIsAsked()
+
+    def __init__(self, *args: Any, desk: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.desk = desk
+
+    @ta.tool
+    async def approve(self, execution_id: str) -> Any:
+        """Approve one of the desk's parked actions.
+
+        Args:
+            execution_id: The parked action's execution id.
+        """
+        return await self.desk.approve_execution(execution_id)

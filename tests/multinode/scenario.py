@@ -14,8 +14,9 @@ own unless it is told the machine is no cluster host (``RAY_ENABLE_WINDOWS_OR_OS
 
 After ``spread``, the checks that do not depend on each other run side by side (most of their time is waiting for
 a worker process to boot, or for the scheduler's clock): ``parent_and_child`` then ``gateway``; ``model_pools``;
-the scheduler's part (schedule_checks.py) up to the node loss; and the start of the node loss's victim on w2.
-``node_loss`` comes last, alone: it takes w2 away, the node of both its own agents and the scheduler.
+the scheduler's part (schedule_checks.py) up to the node loss; ``action_pause``'s first half (a refund parked on
+w2); and the start of the node loss's victim on w2. ``node_loss`` comes last: it takes w2 away, the node of its own
+agents, the scheduler and the parked refund's agent; the scheduler's part and ``action_pause`` go on beside it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ import asyncpg  # noqa: E402
 import ray  # noqa: E402
 import schedule_checks  # noqa: E402
 import tree_agents  # noqa: E402
-from multinode_agents import Echo, Lead  # noqa: E402
+from multinode_agents import COUNTER, Approver, Counter, Echo, Lead, RefundDesk  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
@@ -284,6 +285,70 @@ async def victim_before_the_loss(nodes: Nodes) -> tuple[AgentHandle, Any, dict[s
     return victim, first, await info(victim, nodes)
 
 
+async def desk_before_the_loss(nodes: Nodes) -> dict[str, Any]:
+    """``action_pause``'s first half, beside the other checks: the counter of refunds on the head (it outlives w2),
+    a desk pinned to w2 whose refund parks, and the agent that will approve it on w1 (its worker boots now)."""
+    head = NodeAffinitySchedulingStrategy(nodes.ids["head"], soft=False)
+    named = {"name": COUNTER, "namespace": _require_config().namespace, "scheduling_strategy": head}
+    counter: Any = Counter.options(**named).remote()  # type: ignore[attr-defined]
+    desk = await ta.spawn(RefundDesk, "desk", node_id=nodes.ids["w2"])
+    approver, first, count = await asyncio.gather(
+        ta.spawn(Approver, "approver", node_id=nodes.ids["w1"], desk=desk),
+        desk.save_messages("Please refund order A-1."),  # returns once the refund has parked
+        counter.count.remote(),
+    )
+    pending = await desk.pending_approvals()
+    return {
+        "desk": desk,
+        "approver": approver,
+        "counter": counter,
+        "first_reply": first.message.text if first.message else None,
+        "count_before": count,
+        "pending": [p.execution_id for p in pending],
+        "info": await info(desk, nodes),
+    }
+
+
+async def check_action_pause(nodes: Nodes, state: dict[str, Any], store_url: str) -> dict[str, Any]:
+    """A durable-pause action parked by an agent on w2 outlives w2: the agent comes back on another node (its
+    store in PostgreSQL), where another agent approves the action through its handle; it runs once (a second
+    approve is refused), its output replaces the paused one, and the conversation continues on its own."""
+    before = await state["desk_before"]
+    if not await state["w2_gone"]:
+        raise RuntimeError("the node_loss check stopped before it removed w2")
+    desk: AgentHandle = before["desk"]
+    after = await info(desk, nodes)
+    deadline = time.monotonic() + 45
+    while after["node"] == "w2" and time.monotonic() < deadline:  # its process answers until it sees w2 is gone
+        await asyncio.sleep(0.2)
+        after = await info(desk, nodes)
+    pending_after_loss = [p.execution_id for p in await through_restarts(desk.pending_approvals)]
+    [execution_id] = before["pending"] or [None]
+    approved = await before["approver"].save_messages(f"approve {execution_id}")
+    second = await through_restarts(lambda: desk.approve_execution(execution_id))
+    await through_restarts(lambda: desk.wait_until_stable(timeout_s=30))
+    messages = await through_restarts(desk.get_messages)
+    approver_messages = await before["approver"].get_messages()
+    return {
+        "first_reply": before["first_reply"],
+        "node_before": before["info"]["node"],
+        "node_after": after["node"],
+        "pid_changed": after["pid"] != before["info"]["pid"],
+        "approver_node": (await info(before["approver"], nodes))["node"],
+        "pending_before_loss": before["pending"],
+        "pending_after_loss": pending_after_loss,
+        "pending_after_approval": [p.execution_id for p in await through_restarts(desk.pending_approvals)],
+        "approver_tool_outputs": [p.output for m in approver_messages for p in m.parts if isinstance(p, ta.ToolPart)],
+        "approver_reply": approved.message.text if approved.message else None,
+        "second_approve": second,
+        "count_before": before["count_before"],
+        "count": await before["counter"].count.remote(),
+        "desk_tool_outputs": [p.output for m in messages for p in m.parts if isinstance(p, ta.ToolPart)],
+        "desk_last_text": messages[-1].text if messages else None,
+        "sql": await sql_rows(store_url, desk.path),
+    }
+
+
 async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -> dict[str, Any]:
     """w2 dies while an agent on it runs an accepted submission: Ray re-creates w2's agents on the other nodes,
     their history is intact in PostgreSQL, and the submission finishes there. The scheduler on w2 goes with it:
@@ -305,10 +370,13 @@ async def check_node_loss(nodes: Nodes, state: dict[str, Any], store_url: str) -
     schedule = None
     with contextlib.suppress(Exception):  # the scheduler's part reports its own failure, not this check
         schedule = await state["schedule_before"]  # three occurrences ran before the loss
+    with contextlib.suppress(Exception):  # so does action_pause
+        await state["desk_before"]  # its refund has parked on w2
     progress("removing w2")
     removed_at = time.monotonic()
     removed_at_wall = time.time()
     await asyncio.to_thread(nodes.cluster.remove_node, nodes.workers[1], allow_graceful=False)
+    state["w2_gone"].set_result(True)
     if schedule is not None:
         after = schedule_checks.after_the_loss(nodes.ids, store_url, schedule, removed_at_wall)
         state["schedule_after"] = asyncio.ensure_future(after)
@@ -376,12 +444,21 @@ async def run_schedule(nodes: Nodes, store_url: str, state: dict[str, Any], resu
 
 
 async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> None:
-    state: dict[str, Any] = {"node_loss_done": asyncio.Event()}
+    state: dict[str, Any] = {"node_loss_done": asyncio.Event(), "w2_gone": asyncio.get_running_loop().create_future()}
     await run_check("spread", lambda: check_spread(nodes, state), results)
     if "error" in results["spread"]:
         return  # every later check uses its agents
     schedule = asyncio.ensure_future(run_schedule(nodes, store_url, state, results))
     state["victim"] = asyncio.ensure_future(victim_before_the_loss(nodes))  # node_loss awaits it
+    state["desk_before"] = asyncio.ensure_future(desk_before_the_loss(nodes))  # and this, before it removes w2
+    action_pause = asyncio.ensure_future(
+        run_check(
+            "action_pause",
+            lambda: check_action_pause(nodes, state, store_url),
+            results,
+            timeout_s=4 * CHECK_TIMEOUT_S,  # it spans the other checks
+        )
+    )
 
     async def parent_then_gateway() -> None:
         await run_check("parent_and_child", lambda: check_parent_and_child(nodes, state), results)
@@ -396,7 +473,10 @@ async def run_checks(nodes: Nodes, store_url: str, results: dict[str, Any]) -> N
         await run_check("node_loss", lambda: check_node_loss(nodes, state, store_url), results)  # takes w2 away
     finally:
         state["node_loss_done"].set()
+        if not state["w2_gone"].done():
+            state["w2_gone"].set_result(False)  # action_pause reports that w2 was never removed
     await schedule
+    await action_pause
 
 
 STARTED = time.monotonic()

@@ -138,3 +138,45 @@ async def test_a_turn_and_a_clear_through_the_actors_handle_reach_the_gateways_s
         assert json.loads((await asyncio.wait_for(ws.receive(), 30)).data) == {"type": "cf_agent_chat_clear"}
     finally:
         await client.close()
+
+
+async def test_several_gateways_per_machine_share_one_port_and_each_serves_every_agent(
+    ray_runtime: Any, unique: str
+) -> None:
+    """``serve --gateways-per-node 2``: two gateway processes bind the same port (SO_REUSEPORT); each answers
+    chats for any agent, and when one stops the port still serves."""
+    import socket
+
+    import aiohttp
+
+    from think_actors.gateway.ray_server import start_gateways
+
+    with socket.socket() as probe:  # a free port both gateways then bind
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    gateways = await start_gateways("ray_agents", host="127.0.0.1", port=port, options={"token": "t0k"}, per_node=2)
+    try:
+        assert [url for _, url in gateways] == [f"http://127.0.0.1:{port}"] * 2
+
+        async def chat(n: int) -> str:
+            url = f"http://127.0.0.1:{port}/agents/survivor/{unique}-{n}?token=t0k"
+            async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+                await greeting(ws)
+                body = {"messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": f"n{n}"}]}]}
+                frame = {
+                    "type": "cf_agent_use_chat_request",
+                    "id": "r1",
+                    "init": {"method": "POST", "body": json.dumps(body)},
+                }
+                await ws.send_str(json.dumps(frame))
+                while True:
+                    data = json.loads((await asyncio.wait_for(ws.receive(), 30)).data)
+                    if data["type"] == "cf_agent_chat_messages":
+                        return str(data["messages"][-1]["parts"][-1]["text"])
+
+        assert await asyncio.gather(*(chat(n) for n in range(6))) == [f"echo: n{n}" for n in range(6)]
+        await gateways[0][0].stop.remote()
+        assert await chat(7) == "echo: n7"  # the other gateway holds the port
+    finally:
+        for actor, _ in gateways:
+            await actor.stop.remote()

@@ -100,6 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="start every node's model-server pool now, and on nodes that join (default: at a node's first use)",
     )
     serve.add_argument(
+        "--gateways-per-node",
+        type=int,
+        default=1,
+        help="gateway processes on each machine, sharing the port (default 1; one relays about a core's worth of "
+        "tokens: see docs/scaling.md)",
+    )
+    serve.add_argument(
         "--stream-latency-ms",
         type=float,
         default=0.0,
@@ -125,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({args.app}.authenticate, or --token)"
             )
         check_binding(args.host, args.token, access.get("authenticate"))
+        if args.gateways_per_node < 1:
+            raise ConfigurationError(f"--gateways-per-node must be 1 or more, not {args.gateways_per_node}")
         OriginPolicy(args.origin)  # a bad --origin fails here, not in every gateway actor
     except ConfigurationError as err:
         print(f"think-actors: {err.message}", file=sys.stderr)
@@ -168,7 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             while True:
                 try:
                     for actor, url in await start_gateways(
-                        args.app, host=args.host, port=args.port, options=options, served=served
+                        args.app,
+                        host=args.host,
+                        port=args.port,
+                        options=options,
+                        served=served,
+                        per_node=args.gateways_per_node,
                     ):
                         gateways.append(actor)
                         print(f"think-actors: gateway serving {args.app} at {url}", flush=True)

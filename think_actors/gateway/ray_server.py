@@ -7,6 +7,7 @@ from typing import Any
 import ray
 from aiohttp import web
 
+from ..errors import ConfigurationError
 from ..runtime import RuntimeConfig, _call, _process_setup, _require_config
 from .app import Gateway
 from .classes import agent_classes, app_access
@@ -25,13 +26,15 @@ class GatewayServer:
         self.gateway_options = options
         self.runner: Any = None
 
-    async def start(self, host: str, port: int) -> str:
+    async def start(self, host: str, port: int, reuse_port: bool = False) -> str:
+        """Serve on ``host:port``; with ``reuse_port`` beside the node's other gateways on the same port (the
+        kernel spreads new connections over them)."""
         # The module's authenticate / authorize / quotas are read here, in this process: they need not pickle.
         options = {**app_access(self.app_module), **self.gateway_options}
         gateway = Gateway(RayDirectory(agent_classes(self.app_module)), **options)
         self.runner = web.AppRunner(gateway.app())
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
+        site = web.TCPSite(self.runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
         return f"http://{bound[0]}:{bound[1]}"
@@ -43,13 +46,24 @@ class GatewayServer:
 
 
 async def start_gateways(
-    app_module: str, *, host: str, port: int, options: dict[str, Any], served: dict[str, str] | None = None
+    app_module: str,
+    *,
+    host: str,
+    port: int,
+    options: dict[str, Any],
+    served: dict[str, str] | None = None,
+    per_node: int = 1,
 ) -> list[tuple[Any, str]]:
-    """One gateway actor per node address of the cluster, except the addresses in ``served`` (address -> the id of
-    the node whose gateway serves it; the new ones are added to it); returns the actors and the URLs they serve.
+    """``per_node`` gateway actors per node address of the cluster, except the addresses in ``served`` (address ->
+    the id of the node whose gateways serve it; the new ones are added to it); returns the actors and their URLs.
 
-    An address whose serving node is no longer alive is served again: a node that restarts at the same address (a
-    Kubernetes pod whose Ray container restarted) gets a new gateway, as the old one died with its node."""
+    A gateway is one process, so one gateway relays at most a core's worth of tokens (docs: Scaling past one
+    machine); several per node share the port (``SO_REUSEPORT``: the kernel spreads connections over them), and
+    every gateway serves every agent. An address whose serving node is no longer alive is served again: a node
+    that restarts at the same address (a Kubernetes pod whose Ray container restarted) gets new gateways, as the
+    old ones died with their node."""
+    if not isinstance(per_node, int) or per_node < 1:
+        raise ConfigurationError(f"gateways per node must be a whole number >= 1, not {per_node!r}")
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     config = _require_config()
@@ -61,19 +75,26 @@ async def start_gateways(
         address = node.get("NodeManagerAddress")
         if not node.get("Alive") or address in addresses:
             continue  # several simulated nodes on one machine share its port: one gateway per machine
-        actor = GatewayServer.options(  # type: ignore[attr-defined]
-            namespace=config.namespace,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-        ).remote(config, app_module, options)
+        actors = [
+            GatewayServer.options(  # type: ignore[attr-defined]
+                namespace=config.namespace,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            ).remote(config, app_module, options)
+            for _ in range(per_node)
+        ]
         try:
-            url = await _call(actor.start.remote(host, port))
+            # The first binds the port (a port of 0 picks one); the others join it there.
+            first = await _call(actors[0].start.remote(host, port, per_node > 1))
+            bound = int(first.rsplit(":", 1)[1])
+            urls = [first, *[await _call(a.start.remote(host, bound, True)) for a in actors[1:]]]
         except BaseException:
-            # Not marked as served: the next look (``serve`` checks every few seconds) starts another, where a
+            # Not marked as served: the next look (``serve`` checks every few seconds) starts others, where a
             # gateway killed during its start used to leave the machine without one for good.
-            ray.kill(actor)
+            for actor in actors:
+                ray.kill(actor)
             raise
         addresses[address] = node["NodeID"]
-        started.append((actor, url))
+        started.extend(zip(actors, urls, strict=True))
     return started
 
 

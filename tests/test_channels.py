@@ -189,3 +189,16 @@ async def test_the_gateway_stamps_web_and_the_applications_turn_metadata_on_what
         "turnMetadata": {"agent": "watching/w1", "file": "a.py"},  # no principal: this gateway knows nobody
     }
     assert seen == [("web", {"agent": "watching/w1", "file": "a.py"})]
+
+
+async def test_a_new_message_without_a_channel_stays_on_the_conversations_channel() -> None:
+    agent, _ = desk(text("short"), text("still short"))
+
+    await agent.save_messages("quick?", channel="slack")
+    await agent.save_messages("and now?")  # no channel: the conversation is on slack (Think: the latest user message's)
+
+    assert [m.metadata for m in agent.get_messages() if m.role == "user"] == [
+        {"channel": "slack"},
+        {"channel": "slack"},
+    ]
+    assert [seen[1] for seen in agent.seen if seen[0] == "before_turn"] == ["slack", "slack"]

@@ -105,7 +105,8 @@ async def test_a_model_that_never_gives_a_final_answer_fails_the_step() -> None:
 async def test_a_step_that_outlasts_its_timeout_goes_on_and_is_waited_for_again() -> None:
     agent, _ = reviewer(delay(0.3) + tool_call("final_answer", {"approved": True, "reason": "slow"}, id="f1"))
 
-    with pytest.raises(TimeoutError, match=r"the workflow step .slow. did not finish in 0\.05 s; it goes on"):
+    slow = r"the workflow step 'slow' did not finish in 0\.05 s; it goes on.*inspect_submission\('step:slow'\)"
+    with pytest.raises(TimeoutError, match=slow):
         await agent.prompt("slow", "Review it.", output=Verdict, timeout_s=0.05)
     done = await agent.prompt("slow", "Review it.", output=Verdict, timeout_s=30)
 
@@ -133,3 +134,23 @@ async def test_bad_step_names_are_refused() -> None:
     for bad in ("", "   ", "x" * 201, 7):
         with pytest.raises(ta.ConfigurationError, match="a workflow step is named by a non-empty str"):
             await agent.prompt(bad, "hi")  # type: ignore[arg-type]
+
+
+async def test_a_failed_step_runs_again_when_asked_again() -> None:
+    agent, model = reviewer(
+        text("I think it is fine."), tool_call("final_answer", {"approved": True, "reason": "ok"}, id="f1")
+    )
+
+    failed = await agent.prompt("flaky", "Review it.", output=Verdict)
+    retried = await agent.prompt("flaky", "Review it.", output=Verdict)
+
+    assert failed.status == "error" and retried.status == "completed"
+    assert retried.output == Verdict(approved=True, reason="ok") and len(model.requests) == 2
+
+
+async def test_a_step_name_stands_for_one_prompt() -> None:
+    agent, _ = reviewer(tool_call("final_answer", {"approved": True, "reason": "ok"}, id="f1"))
+    await agent.prompt("review", "Review order 1.", output=Verdict)
+
+    with pytest.raises(ta.ConfigurationError, match="the workflow step 'review' ran with another prompt"):
+        await agent.prompt("review", "Review order 2.", output=Verdict)

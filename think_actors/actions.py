@@ -5,12 +5,13 @@ An action is a tool with four guards around its function, in this order:
 1. **Permissions.** It names the permissions it needs (a list, or a function of its input); ``authorize_action``
    decides, by default allowing what ``authorize_turn`` granted the turn. Refused, the call's output is an
    ``ActionAuthorizationError`` envelope the model reads; nothing runs.
-2. **Approval.** ``kind="approval-gated"`` waits for a person within the turn (the tool's ``needs_approval``: the
-   approval frame, ``add_tool_approval``). ``kind="durable-pause"`` parks instead: the call answers ``{"status":
-   "paused", "executionId": "actpause_..."}`` at once, the turn ends, and the approval may come hours or days
-   later, after restarts and from anywhere (``pending_approvals()``, ``approve_execution(id)``,
-   ``reject_execution(id, reason)`` on the agent or its handle). Approving runs the function then; either answer
-   replaces the paused output in the conversation and continues it with no socket needed.
+2. **Approval.** ``kind="approval-gated"`` asks a person as any tool with ``needs_approval`` does: the turn ends
+   at the call, and the answer (the approval frame, ``add_tool_approval``) runs it in a continuation.
+   ``kind="durable-pause"`` parks instead: the call answers ``{"status": "paused", "executionId": "actpause_..."}``
+   at once, the turn ends, and the approval may come hours or days later, after restarts and from anywhere
+   (``pending_approvals()``, ``approve_execution(id)``, ``reject_execution(id, reason)`` on the agent or its
+   handle). Approving runs the function then; either answer replaces the paused output in the conversation and
+   continues it with no socket needed.
 3. **The ledger.** Each run is keyed (``action:<name>:<idempotency key>``, else the tool call's id) in the agent's
    store: a settled key replays its stored result instead of running again; the same key with another input is an
    ``ActionKeyConflict`` (a programming error); a key whose run never finished (its process died) answers
@@ -135,9 +136,9 @@ def action(
     """Make a function (or an agent's method) an action: ``@ta.action(kind="durable-pause", permissions=[...])``.
 
     Args:
-        kind: ``"server"`` (runs in the call, the default without ``approval``), ``"approval-gated"`` (a person
-            approves within the turn; the default with ``approval``) or ``"durable-pause"`` (parks for an approval
-            that may come much later).
+        kind: ``"server"`` (runs in the call, the default without ``approval``), ``"approval-gated"`` (the turn
+            ends at the call with a tool-approval request a person answers with ``add_tool_approval``; the default
+            with ``approval``) or ``"durable-pause"`` (parks for an approval that may come much later).
         approval: Whether a call needs a person: a bool, or a function of the call's input (sync or async). For a
             durable-pause action it decides whether the call parks (None: always) or runs at once.
         permissions: The permissions a call needs (``authorize_action`` checks them): names, or a function of the

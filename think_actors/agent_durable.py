@@ -12,6 +12,7 @@ from typing import Any
 from . import actions
 from ._turn.durable import Durable
 from ._turn.engine import Engine
+from ._turn.spec import normalize_input
 from .actions import PendingApproval
 from .errors import ConfigurationError
 from .identity import Principal
@@ -93,13 +94,26 @@ class DurableEntryPoints:
         class), the answer comes as the input of a final-answer tool the turn offers and the model must call by its
         last permitted step, as Think's workflow prompts do: other tool calls may come first, the call itself is
         never stored, and ``Submission.output`` is the validated object. Raises ``TimeoutError`` when the step
-        has not finished after ``timeout_s`` (it goes on; ask again to keep waiting).
+        has not finished after ``timeout_s`` (it goes on; ask again to keep waiting). A step that ended ``error``
+        or ``aborted`` runs again when asked again; the same step name with another prompt is a
+        ``ConfigurationError`` (a step's name stands for one prompt).
         """
         if not isinstance(step, str) or not step.strip() or len(step) > 200:
             raise ConfigurationError(
                 f"a workflow step is named by a non-empty str of at most 200 characters, not {step!r}"
             )
         submission_id = f"step:{step}"
+        await self._engine.ensure_started()
+        earlier = await self._engine.store.get_submission(submission_id)
+        if earlier is not None:
+            asked = [m.text for m in normalize_input(prompt)]
+            if [m.text for m in earlier.messages] != asked:
+                raise ConfigurationError(
+                    f"the workflow step {step!r} ran with another prompt: a step's name stands for one prompt "
+                    "(its result is kept under it); give this prompt a step name of its own"
+                )
+            if earlier.status in ("error", "aborted"):  # a failed step runs again when asked again
+                await self._durable.submissions.delete(submission_id)
         await self._durable.submissions.submit(
             prompt,
             submission_id=submission_id,
@@ -116,7 +130,7 @@ class DurableEntryPoints:
         except TimeoutError:
             raise TimeoutError(
                 f"the workflow step {step!r} did not finish in {timeout_s} s; it goes on: call prompt({step!r}, ...) "
-                "again to keep waiting, or inspect_submission('step:...') to look"
+                f"again to keep waiting, or inspect_submission({submission_id!r}) to look"
             ) from None
 
     async def pending_approvals(self, execution_id: str | None = None) -> list[PendingApproval]:

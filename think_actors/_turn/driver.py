@@ -23,7 +23,7 @@ from typing import Any
 from .. import logs, tracing
 from ..errors import StoreFencedError
 from ..messages import UIMessage, new_id
-from ..turn_metadata import stamp
+from ..turn_metadata import latest_channel, stamp
 from .assembly import system_prompt
 from .attempts import _fail_setup, attempts
 from .budget import open_run
@@ -178,7 +178,9 @@ async def _turn_body(engine: Engine, spec: TurnSpec) -> AsyncGenerator[Any, None
         if spec.should_apply is not None and not await spec.should_apply():
             outcome.status = "aborted"  # e.g. a submission cancelled while it waited for the slot: nothing appended
             return
-    messages = [stamp(m, channel=spec.channel, metadata=spec.metadata, principal=spec.principal) for m in messages]
+    # A new message without a channel stays where the conversation is (Think: the latest user message's channel).
+    channel = spec.channel or latest_channel(messages) or latest_channel(engine.messages)
+    messages = [stamp(m, channel=channel, metadata=spec.metadata, principal=spec.principal) for m in messages]
     resolve_turn_facts(spec, messages or engine.messages)
     data: dict[str, Any] = {"body": spec.body} if spec.body else {}
     # A recovered turn goes on for the same principal, on the same channel, with the same facts.

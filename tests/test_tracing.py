@@ -124,6 +124,7 @@ async def test_a_turn_is_an_invoke_agent_span_over_its_model_calls_and_tool_call
         "think_actors.agent.path": "searcher/s1",
         "think_actors.trigger": "programmatic",
         "think_actors.status": "completed",
+        "think_actors.channel": "web",
         "think_actors.steps": 2,
         "gen_ai.usage.input_tokens": sum(used),  # type: ignore[arg-type]
         "gen_ai.usage.output_tokens": sum(produced),  # type: ignore[arg-type]

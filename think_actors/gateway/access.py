@@ -20,6 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .._turn.engine import DATA_DIR_ENV
 from ..errors import ConfigurationError
 from ..identity import Principal
 from ..quotas import QuotaBook, QuotaExceeded, Quotas
@@ -202,5 +203,5 @@ class Access:
 
 def quota_path(data_dir: str | None) -> str:
     """Where a gateway of in-process agents keeps its quota counts."""
-    base = data_dir or os.environ.get("THINK_ACTORS_DATA_DIR") or ".think_actors"
+    base = data_dir or os.environ.get(DATA_DIR_ENV) or ".think_actors"  # as the agents' own stores resolve it
     return os.path.join(base, "gateway", "quotas.sqlite")
